@@ -1,0 +1,49 @@
+# Strato: `make demo` runs the main job, `make test` runs every test.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: all install demo test test-fast lint bench clean
+
+all: test
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/strato demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check strato tests benchmarks
+	$(BIN)/mypy
+
+# A few minutes on 2 cores. The full runs (benchmarks/README.md):
+#   $(BIN)/python -m benchmarks.candidates --sizes 1000,10000 --peer   (with Placement)
+#   $(BIN)/python -m benchmarks.candidates --sizes 100000
+#   $(BIN)/python -m benchmarks.claims --sizes 100,100000
+# `make bench BENCH_ARGS=--peer` adds real Placement to the candidates run.
+BENCH_SIZES ?= 1000,10000
+CLAIM_SIZES ?= 100,10000
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.claims --sizes $(CLAIM_SIZES) --claims 1000 \
+		--out benchmarks/results/claims-latest.json
+	$(BIN)/python -m benchmarks.candidates --sizes $(BENCH_SIZES) --requests 100 \
+		--json benchmarks/results/candidates-latest.json $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,378 @@
+"""Benchmark POST /strato/v1/schedule against a real server, next to real Placement.
+
+    .venv/bin/python -m benchmarks.schedule --sizes 10000,100000 --clients 1,8 [--peer]
+
+For each size: build the shared data set (`benchmarks.spec.make_specs`: VCPU,
+MEMORY_MB, DISK_GB; 10% nested hosts, 10% with a trait, ten aggregates),
+bulk-load it into a fresh SQLite zone and give every host a location
+`siteS/roomR/rackK/host-NNNNNN` (40 hosts a rack, 10 racks a room, 5 rooms a
+site), so rack-level anti-affinity is meaningful. Then start `strato serve`
+(defaults, untuned) and, per client count, time `--requests` calls of
+`POST /strato/v1/schedule`, one new consumer per call, `VCPU:1,MEMORY_MB:1024`:
+
+* `plain`: no constraints;
+* `anti_affinity`: a hard `anti_affinity` rule at rack level in every request;
+  each client starts a new server group every `--group-size` requests, so the
+  rule stays satisfiable (a group never needs more racks than there are);
+* `dry_run`: as `plain` with `dry_run: true`, nothing claimed: what planning
+  alone costs, to tell it from the claim's write transaction.
+
+A run stops after `--requests` calls or `--run-seconds`, whichever comes first,
+so 100,000 hosts finish in bounded time; the table says how many were made.
+
+Placements/s is successful placements over wall time; p50/p99 are per call.
+
+`--peer` (sizes of 10,000 hosts or fewer) loads the same specs into real
+OpenStack Placement 16.0.0 (`benchmarks.peer`) and does the same job the way
+Nova does: GET /allocation_candidates (limit 10), then PUT /allocations for
+the first candidate, the next on 409, GET again when used up. Placement takes
+seconds per placement at 10,000 hosts, so it gets `--peer-requests` placements
+per client count (default 16), far fewer than Strato: its rate is measured over
+a short run and its p99 over few samples.
+
+Prints a table and writes benchmarks/results/schedule.json (or --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from benchmarks.candidates import load_specs
+from benchmarks.spec import ProviderSpec, make_specs
+from strato.process import ServerProcess
+from strato.store.db import Database
+from strato.store.schema import provider_meta, resource_providers
+from strato.store.util import utcnow
+
+RESULTS = Path(__file__).parent / "results"
+HEADERS = {"x-auth-token": "admin", "openstack-api-version": "placement 1.39"}
+RESOURCES = {"VCPU": 1, "MEMORY_MB": 1024}
+HOSTS_PER_RACK = 40
+RACKS_PER_ROOM = 10
+ROOMS_PER_SITE = 5
+PEER_MAX_HOSTS = 10_000
+TARGETS = {"placements_per_s": 1000.0, "placements_per_s_min": 500.0,
+           "vs_placement": 100.0, "anti_affinity_per_s": 300.0}
+
+
+# -- data ---------------------------------------------------------------------
+
+def location_of(i: int, name: str) -> str:
+    rack = i // HOSTS_PER_RACK
+    room = rack // RACKS_PER_ROOM
+    site = room // ROOMS_PER_SITE
+    return f"site{site}/room{room}/rack{rack}/{name}"
+
+
+def load(url: str, specs: Sequence[ProviderSpec]) -> int:
+    """Specs into the store, plus a location per host (root provider); racks loaded."""
+    db = Database(url)
+    load_specs(db, specs)
+    hosts = [s for s in specs if s.parent_uuid is None]
+    with db.write() as conn:
+        ids = {u: int(i) for i, u in conn.execute(
+            sa.select(resource_providers.c.id, resource_providers.c.uuid)
+            .where(resource_providers.c.parent_provider_id.is_(None)))}
+        now = utcnow()
+        rows = [{"resource_provider_id": ids[s.uuid], "location": location_of(i, s.name),
+                 "tags": "[]", "heartbeat": False, "last_report_at": None, "updated_at": now}
+                for i, s in enumerate(hosts)]
+        for lo in range(0, len(rows), 5000):
+            conn.execute(sa.insert(provider_meta), rows[lo: lo + 5000])
+    db.dispose()
+    return (len(hosts) + HOSTS_PER_RACK - 1) // HOSTS_PER_RACK
+
+
+# -- measuring ----------------------------------------------------------------
+
+def pct(values: Sequence[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q / 100 * len(s)))] if s else float("nan")
+
+
+@dataclass
+class Run:
+    placed: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # error code -> count
+    retries: int = 0
+    latencies: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def summary(self) -> dict[str, Any]:
+        return {"requests": len(self.latencies), "placed": self.placed,
+                "refused": dict(self.refused), "retries": self.retries,
+                "seconds": round(self.seconds, 3),
+                "placements_per_s": round(self.placed / self.seconds, 1) if self.seconds
+                else 0.0,
+                "p50_ms": round(pct(self.latencies, 50) * 1e3, 2),
+                "p99_ms": round(pct(self.latencies, 99) * 1e3, 2)}
+
+
+def body(rule: dict[str, Any] | None, group: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"consumers": [str(uuid.uuid4())], "project_id": "bench",
+                           "user_id": "bench", "groups": [{"resources": RESOURCES}]}
+    if rule is not None:
+        out["group"] = group
+        out["constraints"] = [rule]
+    return out
+
+
+def schedule_run(url: str, requests: int, clients: int, *, mode: str, group_size: int,
+                 tag: str, seconds: float) -> Run:
+    """Up to `requests` schedule calls spread over `clients` threads, one consumer each;
+    clients stop early after `seconds` so that slow sizes finish."""
+    run = Run()
+    rule = {"type": "anti_affinity", "level": "rack"} if mode == "anti_affinity" else None
+    start = threading.Barrier(clients)
+    deadline = [0.0]
+
+    def client(k: int, share: int) -> None:
+        with httpx.Client(base_url=url, headers=HEADERS, timeout=300) as c:
+            start.wait()
+            for i in range(share):
+                if time.perf_counter() > deadline[0]:
+                    return
+                group = f"{tag}-c{k}-g{i // group_size}" if rule else None
+                req = body(rule, group)
+                if mode == "dry_run":
+                    req["dry_run"] = True
+                t = time.perf_counter()
+                r = c.post("/strato/v1/schedule", json=req)
+                dt = time.perf_counter() - t
+                with run.lock:
+                    run.latencies.append(dt)
+                    if r.status_code == 200:
+                        run.placed += 1
+                        run.retries += int(r.json()["retries"])
+                    elif r.status_code == 409:
+                        code = str(r.json()["errors"][0]["code"])
+                        run.refused[code] = run.refused.get(code, 0) + 1
+                    else:
+                        raise RuntimeError(f"schedule: {r.status_code} {r.text[:500]}")
+
+    shares = [requests // clients + (i < requests % clients) for i in range(clients)]
+    t0 = time.perf_counter()
+    deadline[0] = t0 + seconds
+    with ThreadPoolExecutor(clients) as pool:
+        for f in [pool.submit(client, k, s) for k, s in enumerate(shares)]:
+            f.result()
+    run.seconds = time.perf_counter() - t0
+    return run
+
+
+def strato_size(n: int, specs: Sequence[ProviderSpec], args: argparse.Namespace
+                ) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="strato-sched-bench-") as tmp:
+        url = f"sqlite:///{tmp}/zone.db"
+        t = time.perf_counter()
+        out["racks"] = load(url, specs)
+        out["bulk_load_s"] = round(time.perf_counter() - t, 2)
+        t = time.perf_counter()
+        server = ServerProcess(url, log_path=Path(tmp) / "server.log").start(timeout=600)
+        try:
+            out["server_start_s"] = round(time.perf_counter() - t, 2)
+            with httpx.Client(base_url=server.url, headers=HEADERS, timeout=600) as c:
+                t = time.perf_counter()
+                r = c.post("/strato/v1/schedule", json={**body(None, None), "dry_run": True})
+                assert r.status_code == 200, r.text
+                out["first_request_s"] = round(time.perf_counter() - t, 3)
+            runs = []
+            for clients in args.clients:
+                for mode in args.modes:
+                    requests = args.requests if clients > 1 else args.requests // 2
+                    _log(f"  {n} hosts, {clients} client(s), {mode}: up to {requests} "
+                         f"requests or {args.run_seconds:g} s")
+                    schedule_run(server.url, min(2 * clients, requests), clients, mode=mode,
+                                 group_size=args.group_size, tag=f"warm{clients}{mode}",
+                                 seconds=args.run_seconds)
+                    run = schedule_run(server.url, requests, clients, mode=mode,
+                                       group_size=args.group_size, tag=f"b{clients}{mode}",
+                                       seconds=args.run_seconds)
+                    runs.append({"clients": clients, "mode": mode, **run.summary()})
+            out["runs"] = runs
+        finally:
+            server.stop()
+    return out
+
+
+def peer_size(specs: Sequence[ProviderSpec], args: argparse.Namespace) -> dict[str, Any]:
+    """Real Placement, Nova's way: GET candidates, PUT allocations, retry on 409."""
+    from benchmarks.peer.placement import PlacementPeer, ensure_peer_venv, nova_claims, verify
+
+    ensure_peer_venv()
+    out: dict[str, Any] = {"peer": "openstack-placement 16.0.0",
+                           "server": "gunicorn, 2 workers x 4 threads, SQLite (WAL)",
+                           "candidate_limit": 10, "runs": []}
+    resources = ",".join(f"{rc}:{n}" for rc, n in RESOURCES.items())
+    with PlacementPeer(specs=specs) as peer:
+        verify(peer.url, specs)
+        for clients in args.clients:
+            count = max(args.peer_requests, clients)
+            _log(f"  Placement, {clients} client(s): {count} placements")
+            stats = nova_claims(peer.url, resources, count, clients=clients, limit=10)
+            s = stats.summary()
+            out["runs"].append({"clients": clients, "mode": "plain", "requests": count,
+                                "placed": s["placements"], "failures": s["failures"],
+                                "retries": s["retries"] + s["server_errors"],
+                                "retries_409": s["retries"],
+                                "retries_500_locked": s["server_errors"],
+                                "seconds": s["seconds"],
+                                "placements_per_s": s["placements_per_s"],
+                                "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"]})
+    return out
+
+
+def git_state() -> dict[str, Any]:
+    """What was measured: others change the server while baselines are taken."""
+    import subprocess
+
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", *a], capture_output=True, text=True, timeout=10,
+                                  cwd=Path(__file__).parent.parent).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    # Porcelain lines are "XY path": never strip the leading status column.
+    dirty = [ln[3:] for ln in git("status", "--porcelain", "--", "strato").splitlines()
+             if len(ln) > 3]
+    return {"head": git("rev-parse", "HEAD").strip(), "uncommitted_in_strato": dirty}
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- report -------------------------------------------------------------------
+
+def verdicts(results: list[dict[str, Any]]) -> list[str]:
+    """The issue's targets at 10,000 hosts, 8 clients, SQLite, against what was measured."""
+    out = []
+    for r in results:
+        if r["hosts"] != 10_000:
+            continue
+        by = {(x["clients"], x["mode"]): x for x in r["strato"]["runs"]}
+        plain, aa = by.get((8, "plain")), by.get((8, "anti_affinity"))
+        if plain:
+            rate = plain["placements_per_s"]
+            verdict = ("met" if rate >= TARGETS["placements_per_s"] else
+                       "below target, above minimum" if rate >= TARGETS["placements_per_s_min"]
+                       else "MISSED")
+            out.append(f"10,000 hosts, 8 clients: {rate:.0f} placements/s "
+                       f"(target 1,000, at least 500): {verdict}")
+        if aa:
+            rate = aa["placements_per_s"]
+            out.append(f"10,000 hosts, 8 clients, hard rack anti-affinity: {rate:.0f} "
+                       f"placements/s (target 300): "
+                       f"{'met' if rate >= TARGETS['anti_affinity_per_s'] else 'MISSED'}")
+        peer = {x["clients"]: x for x in r.get("placement", {}).get("runs", [])}
+        if plain and 8 in peer and peer[8]["placements_per_s"]:
+            ratio = plain["placements_per_s"] / peer[8]["placements_per_s"]
+            out.append(f"vs Placement, 8 clients: x{ratio:.0f} (target x100): "
+                       f"{'met' if ratio >= TARGETS['vs_placement'] else 'MISSED'}")
+    return out
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    head = (f"{'hosts':>7} {'server':<9} {'clients':>7} {'mode':<13} {'requests':>8} "
+            f"{'placed':>6} {'/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'retries':>7} refused")
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        for name, key in (("strato", "strato"), ("placement", "placement")):
+            for x in r.get(key, {}).get("runs", []):
+                refused = x.get("refused") or ({"failed": x["failures"]} if x.get("failures")
+                                               else {})
+                print(f"{r['hosts']:>7} {name:<9} {x['clients']:>7} {x['mode']:<13} "
+                      f"{x['requests']:>8} {x['placed']:>6} {x['placements_per_s']:>8.1f} "
+                      f"{x['p50_ms']:>8.1f} {x['p99_ms']:>8.1f} {x['retries']:>7} "
+                      f"{refused or ''}")
+        s = r["strato"]
+        print(f"{r['hosts']:>7} strato: {r['provider_rows']} provider rows, {s['racks']} racks, "
+              f"bulk load {s['bulk_load_s']} s, server start {s['server_start_s']} s, "
+              f"first request {s['first_request_s']} s")
+    for line in verdicts(results):
+        print(line)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000", help="comma-separated host counts")
+    ap.add_argument("--clients", default="1,8", help="comma-separated client counts")
+    ap.add_argument("--requests", type=int, default=1000,
+                    help="schedule calls per run with several clients (half with one)")
+    ap.add_argument("--run-seconds", type=float, default=30.0,
+                    help="stop a run after this long even if requests remain")
+    ap.add_argument("--modes", default="plain,anti_affinity,dry_run",
+                    help="plain, anti_affinity (hard, rack level) and dry_run (plain, "
+                    "nothing claimed: the planning cost alone)")
+    ap.add_argument("--group-size", type=int, default=20,
+                    help="anti-affinity: requests per server group before a client starts "
+                    "a new one (must stay below the number of racks)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--peer", action="store_true",
+                    help=f"also run real Placement (sizes <= {PEER_MAX_HOSTS} only)")
+    ap.add_argument("--peer-requests", type=int, default=16,
+                    help="Placement placements per client count (it is slow)")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="where to write results (default benchmarks/results/schedule.json)")
+    args = ap.parse_args(argv)
+    args.clients = [int(c) for c in str(args.clients).split(",") if c]
+    args.modes = [m for m in args.modes.split(",") if m]
+    if set(args.modes) - {"plain", "anti_affinity", "dry_run"}:
+        raise SystemExit(f"--modes: unknown mode in {args.modes}")
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    results = []
+    load_before = os.getloadavg()
+    source = git_state()
+    for n in sizes:
+        _log(f"-- {n} hosts")
+        specs = make_specs(n, seed=args.seed)
+        if (n + HOSTS_PER_RACK - 1) // HOSTS_PER_RACK <= args.group_size:
+            raise SystemExit(f"{n} hosts have too few racks for --group-size {args.group_size}")
+        result: dict[str, Any] = {"hosts": n, "provider_rows": len(specs),
+                                  "strato": strato_size(n, specs, args)}
+        if args.peer and n <= PEER_MAX_HOSTS:
+            result["placement"] = peer_size(specs, args)
+        results.append(result)
+    print_table(results)
+    RESULTS.mkdir(exist_ok=True)
+    path = args.json or RESULTS / "schedule.json"
+    doc = {"when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "command": "python -m benchmarks.schedule " + " ".join(sys.argv[1:] if argv is None
+                                                                  else argv),
+           "source": source,
+           "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                       "loadavg_before": [round(x, 2) for x in load_before],
+                       "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
+           "request": {"resources": RESOURCES, "consumers_per_request": 1,
+                       "anti_affinity": {"level": "rack", "hard": True,
+                                         "group_size": args.group_size}},
+           "layout": {"hosts_per_rack": HOSTS_PER_RACK, "racks_per_room": RACKS_PER_ROOM,
+                      "rooms_per_site": ROOMS_PER_SITE},
+           "targets": TARGETS, "verdicts": verdicts(results), "results": results}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

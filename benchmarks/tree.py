@@ -1,0 +1,325 @@
+"""Benchmark the zone tree: POST /strato/v1/schedule at the root of a tree of zones.
+
+    .venv/bin/python -m benchmarks.tree            # all three parts, as published
+    .venv/bin/python -m benchmarks.tree --quick    # small sizes, a minute or two
+
+Three parts, each request one new consumer asking `VCPU:1,MEMORY_MB:1024`
+(nothing else, so every zone could take it and the figures are the tree's
+own cost), `delegate` and `best` modes:
+
+* **inprocess**: the in-process transport (`strato.zone.inprocess`), root ->
+  `--regions` regions -> `--cells` cells each, `--per-cell` hosts per cell
+  (default 10 x 10 x 1,000 = 100,000 hosts in 111 zones, each its own SQLite
+  file copied from one migrated template and bulk-loaded through the store).
+  Sequential requests (one client), then `--clients` concurrent ones.
+* **http**: the seven-process tree of `strato demo` (root, two regions, four
+  cells of `--http-hosts`/4 hosts) on loopback, 1 and 8 client threads.
+  Reports the zones' CPU per request too: the machine is shared, and CPU-ms
+  per request does not depend on what else runs.
+* **depth**: the same `--depth-cells` x `--per-cell` hosts as one zone
+  (depth 1), root -> cells (depth 2), root -> 2 regions -> cells (depth 3),
+  in-process, sequential: what each extra level costs.
+
+Servers run with their defaults (untuned). Latencies are per call, measured by
+the client; placements/s is successful placements over wall time. Prints
+tables and writes benchmarks/results/tree.json (or --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from strato.cli.demo import (
+    HEADERS,
+    Options,
+    ZoneDef,
+    ZoneProcesses,
+    build,
+    bulk_load,
+    pct,
+    plan_hosts,
+)
+from strato.zone.inprocess import InProcessTree, ZoneSpec
+from strato.zone.inprocess import build as build_inprocess
+
+# Wide enough for the tables when the output goes to a file.
+console = Console(width=None if sys.stdout.isatty() else 120)
+
+
+def request(mode: str) -> dict[str, Any]:
+    return {"consumers": [str(uuid.uuid4())], "project_id": "bench", "user_id": "bench",
+            "groups": [{"resources": {"VCPU": 1, "MEMORY_MB": 1024}}], "mode": mode}
+
+
+def figures(part: str, shape: str, mode: str, clients: int, latencies: Sequence[float],
+            placed: int, failed: int, seconds: float, cpu_s: float | None,
+            **extra: Any) -> dict[str, Any]:
+    n = len(latencies)
+    return {"part": part, "shape": shape, "mode": mode, "clients": clients, "requests": n,
+            "placed": placed, "failed": failed, "seconds": round(seconds, 3),
+            "placements_per_s": round(placed / seconds, 1) if seconds else 0.0,
+            "p50_ms": round(pct(latencies, 0.5), 2), "p99_ms": round(pct(latencies, 0.99), 2),
+            "cpu_ms_per_request": None if cpu_s is None or not n
+            else round(1000 * cpu_s / n, 1), **extra}
+
+
+# -- in-process trees ----------------------------------------------------------------------
+
+def tree_specs(fanout: Sequence[int]) -> list[ZoneSpec]:
+    """Root `global`, then one level per entry of `fanout`; location prefixes nest so
+    that a parent can prune by them (z3/z3-1/...)."""
+    specs = [ZoneSpec("global")]
+    level = [specs[0]]
+    for width in fanout:
+        below = []
+        for parent in level:
+            for i in range(width):
+                name = f"z{i}" if parent.parent is None else f"{parent.name}-{i}"
+                prefix = name if parent.location_prefix is None else (
+                    f"{parent.location_prefix}/{name}")
+                below.append(ZoneSpec(name, parent=parent.name, location_prefix=prefix))
+        specs += below
+        level = below
+    return specs
+
+
+async def make_tree(root_dir: Path, fanout: Sequence[int], per_cell: int,
+                    seed: int = 1) -> tuple[InProcessTree, int]:
+    """The tree, with hosts bulk-loaded into its leaves; returns it and its host count."""
+    specs = tree_specs(fanout)
+    tree = build_inprocess(root_dir, specs)
+    parents = {s.parent for s in specs}
+    leaves = [s for s in specs if s.name not in parents]
+    rng = random.Random(seed)
+    aggregate = str(uuid.uuid4())
+    for leaf in leaves:
+        hosts = plan_hosts(ZoneDef(leaf.name, prefix=leaf.location_prefix or leaf.name),
+                           per_cell, rng)
+        bulk_load(tree.dbs[leaf.name], hosts, aggregate)
+    await tree.link()
+    # Every zone loads its index and every parent caches its children's summaries.
+    r = await tree.client("global").get("/strato/v1/summary?fresh=true")
+    r.raise_for_status()
+    assert r.json()["providers"] == per_cell * len(leaves), r.json()["providers"]
+    return tree, per_cell * len(leaves)
+
+
+async def drive(tree: InProcessTree, mode: str, requests: int, clients: int,
+                max_seconds: float) -> tuple[list[float], int, int, float, float]:
+    """(latencies ms, placed, failed, wall s, process CPU s) of `requests` calls."""
+    client = tree.client("global")
+    latencies: list[float] = []
+    placed = failed = 0
+    sent = 0
+    t0, cpu0 = time.perf_counter(), time.process_time()
+
+    async def worker() -> None:
+        nonlocal placed, failed, sent
+        while sent < requests and time.perf_counter() - t0 < max_seconds:
+            sent += 1
+            start = time.perf_counter()
+            r = await client.post("/strato/v1/schedule", json=request(mode))
+            latencies.append((time.perf_counter() - start) * 1000)
+            if r.status_code == 200:
+                placed += len(r.json()["placements"])
+            else:
+                failed += 1
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return latencies, placed, failed, time.perf_counter() - t0, time.process_time() - cpu0
+
+
+async def inprocess_part(args: argparse.Namespace, root_dir: Path) -> list[dict[str, Any]]:
+    fanout = [args.regions, args.cells]
+    t0 = time.perf_counter()
+    tree, hosts = await make_tree(root_dir, fanout, args.per_cell)
+    zones = len(tree.apps)
+    console.print(f"in-process tree: {zones} zones, {hosts:,} hosts, built and loaded in "
+                  f"{time.perf_counter() - t0:.0f}s")
+    shape = f"{zones} zones, {hosts:,} hosts"
+    out = []
+    try:
+        for mode in ("delegate", "best"):
+            await drive(tree, mode, 5, 1, 60)  # warm: first calls load and cache
+            for clients in (1, args.clients):
+                lat, placed, failed, wall, cpu = await drive(
+                    tree, mode, args.requests, clients, args.run_seconds)
+                out.append(figures("inprocess", shape, mode, clients, lat, placed, failed,
+                                   wall, cpu, zones=zones, hosts=hosts))
+    finally:
+        await tree.aclose()
+    return out
+
+
+async def depth_part(args: argparse.Namespace, root_dir: Path) -> list[dict[str, Any]]:
+    cells_n = args.depth_cells
+    shapes: list[tuple[int, list[int], int]] = [
+        (1, [], cells_n * args.per_cell),            # one zone holds every host
+        (2, [cells_n], args.per_cell),               # root -> cells
+        (3, [2, cells_n // 2], args.per_cell),       # root -> 2 regions -> cells
+    ]
+    out = []
+    for depth, fanout, per_leaf in shapes:
+        where = root_dir / f"depth{depth}"
+        where.mkdir()
+        tree, hosts = await make_tree(where, fanout, per_leaf)
+        try:
+            for mode in ("delegate", "best"):
+                await drive(tree, mode, 5, 1, 60)
+                lat, placed, failed, wall, cpu = await drive(
+                    tree, mode, args.depth_requests, 1, args.run_seconds)
+                out.append(figures("depth", f"depth {depth}: {len(tree.apps)} zone(s)", mode,
+                                   1, lat, placed, failed, wall, cpu, depth=depth,
+                                   zones=len(tree.apps), hosts=hosts))
+        finally:
+            await tree.aclose()
+    return out
+
+
+# -- the seven-process tree over HTTP ------------------------------------------------------
+
+def http_run(url: str, mode: str, requests: int, clients: int, max_seconds: float
+             ) -> tuple[list[float], int, int, float]:
+    latencies: list[float] = []
+    counts = {"placed": 0, "failed": 0, "sent": 0}
+    lock = threading.Lock()
+    t0 = time.perf_counter()
+
+    def worker() -> None:
+        with httpx.Client(base_url=url, headers=HEADERS, timeout=60) as c:
+            while True:
+                with lock:
+                    if counts["sent"] >= requests or time.perf_counter() - t0 > max_seconds:
+                        return
+                    counts["sent"] += 1
+                start = time.perf_counter()
+                r = c.post("/strato/v1/schedule", json=request(mode))
+                ms = (time.perf_counter() - start) * 1000
+                with lock:
+                    latencies.append(ms)
+                    if r.status_code == 200:
+                        counts["placed"] += len(r.json()["placements"])
+                    else:
+                        counts["failed"] += 1
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies, counts["placed"], counts["failed"], time.perf_counter() - t0
+
+
+def http_part(args: argparse.Namespace, root_dir: Path) -> list[dict[str, Any]]:
+    zp = ZoneProcesses(root_dir)
+    out = []
+    try:
+        t0 = time.perf_counter()
+        build(zp, Options(providers=args.http_hosts, api_sample=0), Console(quiet=True))
+        console.print(f"seven-process tree: {args.http_hosts:,} hosts, started in "
+                      f"{time.perf_counter() - t0:.0f}s")
+        url = zp.url(zp.zones[0].name)
+        shape = f"7 processes, {args.http_hosts:,} hosts"
+        for mode in ("delegate", "best"):
+            http_run(url, mode, 10, 1, 60)  # warm connections and summaries
+            for clients in (1, 8):
+                cpu0, me0 = zp.cpu_seconds(), time.process_time()
+                lat, placed, failed, wall = http_run(url, mode, args.http_requests, clients,
+                                                     args.run_seconds)
+                out.append(figures("http", shape, mode, clients, lat, placed, failed, wall,
+                                   zp.cpu_seconds() - cpu0, client_cpu_ms_per_request=round(
+                                       1000 * (time.process_time() - me0) / max(1, len(lat)),
+                                       1)))
+    finally:
+        zp.stop()
+    return out
+
+
+# -- output ----------------------------------------------------------------------------------
+
+def table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
+    t = Table(title=title)
+    for col in ("shape", "mode", "clients", "requests", "placements/s", "p50 ms", "p99 ms",
+                "CPU ms/req"):
+        t.add_column(col, justify="left" if col in ("shape", "mode") else "right")
+    for r in rows:
+        t.add_row(r["shape"], r["mode"], str(r["clients"]),
+                  f"{r['requests']}" + (f" ({r['failed']} failed)" if r["failed"] else ""),
+                  f"{r['placements_per_s']:.0f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}",
+                  "-" if r["cpu_ms_per_request"] is None else f"{r['cpu_ms_per_request']:.0f}")
+    return t
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--parts", default="inprocess,http,depth")
+    ap.add_argument("--regions", type=int, default=10)
+    ap.add_argument("--cells", type=int, default=10, help="cells per region")
+    ap.add_argument("--per-cell", type=int, default=1000)
+    ap.add_argument("--requests", type=int, default=300, help="per in-process run")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--http-hosts", type=int, default=2000)
+    ap.add_argument("--http-requests", type=int, default=400)
+    ap.add_argument("--depth-cells", type=int, default=10)
+    ap.add_argument("--depth-requests", type=int, default=200)
+    ap.add_argument("--run-seconds", type=float, default=60.0, help="cap per run")
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    ap.add_argument("--json", default="benchmarks/results/tree.json")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.regions, args.cells, args.per_cell = 2, 2, 200
+        args.requests, args.http_hosts, args.http_requests = 40, 400, 60
+        args.depth_cells, args.depth_requests = 4, 40
+    parts = set(args.parts.split(","))
+    load_before = os.getloadavg()
+    results: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="strato-bench-tree-") as tmp:
+        root = Path(tmp)
+        if "inprocess" in parts:
+            (root / "inprocess").mkdir()
+            results["inprocess"] = asyncio.run(inprocess_part(args, root / "inprocess"))
+            console.print(table(f"(a) in-process: root -> {args.regions} regions -> "
+                                f"{args.cells} cells each (CPU: this process)",
+                                results["inprocess"]))
+        if "http" in parts:
+            (root / "http").mkdir()
+            results["http"] = http_part(args, root / "http")
+            console.print(table("(b) HTTP: root -> 2 regions -> 4 cells (CPU: the seven "
+                                "zones)", results["http"]))
+        if "depth" in parts:
+            (root / "depth").mkdir()
+            results["depth"] = asyncio.run(depth_part(args, root / "depth"))
+            console.print(table(f"(c) cost per level: the same "
+                                f"{args.depth_cells * args.per_cell:,} hosts, in-process, one "
+                                "client", results["depth"]))
+    doc = {"benchmark": "tree", "when": datetime.now(UTC).isoformat(timespec="seconds"),
+           "argv": sys.argv[1:], "cores": os.cpu_count(),
+           "load_average_before": [round(x, 1) for x in load_before],
+           "load_average_after": [round(x, 1) for x in os.getloadavg()], **results}
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    console.print(f"wrote {path}; load average {load_before[0]:.1f} before, "
+                  f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""The ASGI application: Placement-compatible routes and Strato's own."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import DataError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+import strato
+from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
+from strato.api.middleware import StratoMiddleware
+from strato.api.responses import REQUEST_ID_KEY, error_response
+from strato.api.routes import ROUTERS
+from strato.config import Settings
+from strato.engine.service import Engine, EngineConfig
+from strato.model import errors
+from strato.store.db import Database
+from strato.store.migrate import upgrade
+from strato.zone import shared
+from strato.zone.registration import register_with_parent
+from strato.zone.scheduler import LocalScheduler
+from strato.zone.transport import HttpTransport, Transport
+from strato.zone.tree import TreeConfig, ZoneTree
+
+log = logging.getLogger("strato.api")
+
+_TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 406: "Not Acceptable", 409: "Conflict",
+           413: "Request Entity Too Large", 415: "Unsupported Media Type",
+           500: "Internal Server Error"}
+
+
+def _rid(request: Request) -> str | None:
+    rid = request.scope.get(REQUEST_ID_KEY)
+    return rid if isinstance(rid, str) else None
+
+
+def create_app(settings: Settings, *, db: Database | None = None,
+               auth: AuthStrategy | None = None, migrate: bool = True,
+               transport: Transport | None = None) -> FastAPI:
+    """Build the app for one zone. `db` may be passed in (tests share one);
+    `transport` (default: HTTP) is how this zone calls its children and parent."""
+    database = db or Database(settings.db_url, sqlite_synchronous=settings.sqlite_synchronous)
+    zone_transport: Transport = transport or HttpTransport()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if migrate:
+            upgrade(database)
+        # Load the index now, not on the first request.
+        await run_in_threadpool(engine.refresh)
+        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(tree.run_refresher()),
+                                          asyncio.create_task(shared.run_recovery(tree))]
+        if settings.parent_url:
+            tasks.append(asyncio.create_task(register_with_parent(settings, zone_transport)))
+        yield
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await zone_transport.aclose()
+        engine.close()
+        if db is None:
+            database.dispose()
+
+    app = FastAPI(title="Strato", version=strato.__version__, lifespan=lifespan,
+                  docs_url="/docs", redoc_url=None,
+                  description="Distributed, hierarchical resource scheduler and placement "
+                              "service with an OpenStack Placement compatible API.")
+    app.state.db = database
+    app.state.settings = settings
+    engine = Engine(database, EngineConfig.from_env(
+        weigher=settings.weigher, class_weights=settings.class_weights,
+        randomize=settings.randomize_candidates, max_candidates=settings.max_candidates))
+    app.state.engine = engine
+    app.state.scheduler = LocalScheduler(engine, zone=settings.zone_name,
+                                         stale_after=settings.stale_after,
+                                         zone_tags=tuple(settings.zone_tags),
+                                         location_prefix=settings.location_prefix)
+    tree = ZoneTree(db=database, local=app.state.scheduler, transport=zone_transport,
+                    config=TreeConfig(name=settings.zone_name,
+                                      location_prefix=settings.location_prefix,
+                                      tags=tuple(settings.zone_tags),
+                                      summary_interval=settings.summary_interval,
+                                      child_timeout=settings.child_timeout,
+                                      hold_ttl=settings.hold_ttl))
+    app.state.tree = tree
+
+    @app.exception_handler(errors.StratoError)
+    async def _strato_error(request: Request, exc: errors.StratoError) -> Response:
+        return error_response(exc.status, exc.title, exc.detail, exc.code, _rid(request))
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404:
+            detail = f"The resource could not be found: {request.url.path}"
+        elif exc.status_code == 405:
+            detail = (f"The method {request.method} is not allowed for this resource"
+                      f" ({request.url.path})")
+        return error_response(exc.status_code, _TITLES.get(exc.status_code, detail), detail,
+                              errors.DEFAULT, _rid(request), dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        return error_response(400, "Bad Request", "; ".join(parts), errors.DEFAULT,
+                              _rid(request))
+
+    @app.exception_handler(DataError)
+    async def _data_error(request: Request, exc: DataError) -> Response:
+        # The database refused a value (a NUL byte, an out-of-range integer)
+        # that validation let through: still the client's input, never a 500.
+        return error_response(400, "Bad Request",
+                              f"invalid value in request: {type(exc.orig).__name__}",
+                              errors.DEFAULT, _rid(request))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(500, "Internal Server Error",
+                              f"unexpected error: {type(exc).__name__}", errors.DEFAULT,
+                              _rid(request))
+
+    for router in ROUTERS:
+        app.include_router(router)
+
+    strategy = auth or (TokenAuth(settings.auth_token) if settings.auth_token else NoAuth())
+    app.add_middleware(StratoMiddleware, auth=strategy,
+                       max_body_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,81 @@
+"""Authentication: a small replaceable strategy, applied by the middleware.
+
+Two strategies for now:
+
+* ``TokenAuth``: a configured admin token; anything else is 401.
+* ``NoAuth``: development mode, like Placement's ``noauth2``: token ``admin``
+  is an admin; any other token ``user[:project]`` gets the roles named in
+  ``X-Roles`` and the project in ``X-Project-Id`` (or after the colon).
+
+A strategy returns a ``Context`` or raises; routes read the context from the
+request scope.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from strato.model import errors
+
+CONTEXT_KEY = "strato.context"
+ADMIN_ROLES = frozenset({"admin", "service"})
+
+
+class Unauthorized(errors.StratoError):
+    status = 401
+    title = "Unauthorized"
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    user_id: str
+    project_id: str | None
+    roles: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def is_admin(self) -> bool:
+        return bool(self.roles & ADMIN_ROLES)
+
+
+class AuthStrategy(Protocol):
+    def authenticate(self, headers: dict[str, str]) -> Context: ...
+
+
+def _token(headers: dict[str, str]) -> str:
+    token = headers.get("x-auth-token")
+    if not token:
+        raise Unauthorized("Authentication required: send an X-Auth-Token header")
+    return token
+
+
+def _roles(headers: dict[str, str]) -> frozenset[str]:
+    return frozenset(r.strip().lower() for r in headers.get("x-roles", "").split(",")
+                     if r.strip())
+
+
+class TokenAuth:
+    """One shared admin token (operators, agents, parent zones)."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    def authenticate(self, headers: dict[str, str]) -> Context:
+        given = _token(headers)
+        if not hmac.compare_digest(given.encode(), self._token):
+            raise Unauthorized("The X-Auth-Token is not valid")
+        return Context(user_id="admin", project_id="admin", roles=frozenset({"admin"}))
+
+
+class NoAuth:
+    """Development mode, compatible with Placement's noauth2 middleware."""
+
+    def authenticate(self, headers: dict[str, str]) -> Context:
+        token = _token(headers)
+        if token == "admin":
+            return Context(user_id="admin", project_id="admin",
+                           roles=frozenset({"admin"}) | _roles(headers))
+        user, _, project = token.partition(":")
+        return Context(user_id=user, project_id=project or headers.get("x-project-id"),
+                       roles=_roles(headers))

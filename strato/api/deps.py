@@ -1,0 +1,29 @@
+"""What handlers need from the request: the database, the caller, the version."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from strato.api.auth import CONTEXT_KEY, Context
+from strato.model import errors
+from strato.store.db import Database
+
+
+def db(request: Request) -> Database:
+    database: Database = request.app.state.db
+    return database
+
+
+def context(request: Request) -> Context:
+    ctx = request.scope.get(CONTEXT_KEY)
+    if not isinstance(ctx, Context):
+        raise errors.StratoError("no authentication context")
+    return ctx
+
+
+def require_admin(request: Request, action: str) -> Context:
+    """403 unless the caller has the admin or service role (Placement's default policy)."""
+    ctx = context(request)
+    if not ctx.is_admin:
+        raise errors.Forbidden(f"Policy does not allow {action} to be performed.")
+    return ctx

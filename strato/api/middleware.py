@@ -1,0 +1,83 @@
+"""The one ASGI middleware in front of every route.
+
+Per request, before any handler: a request id, the microversion, the
+authentication context and the body size limit. On the way out it adds the
+version and request-id headers to every answer, errors included.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from strato.api import microversion
+from strato.api.auth import CONTEXT_KEY, AuthStrategy
+from strato.api.responses import REQUEST_ID_KEY, error_response
+from strato.model import errors
+
+# Routes anyone may call: the version document and the API description.
+PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/strato/v1/health"})
+
+
+class StratoMiddleware:
+    def __init__(self, app: ASGIApp, auth: AuthStrategy, max_body_bytes: int) -> None:
+        self.app = app
+        self.auth = auth
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"req-{uuid.uuid4()}"
+        scope[REQUEST_ID_KEY] = request_id
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope["headers"]}
+        out_headers: list[tuple[bytes, bytes]] = [
+            (b"x-openstack-request-id", request_id.encode())]
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + out_headers
+            await send(message)
+
+        try:
+            version = microversion.parse(headers)
+            scope[microversion.SCOPE_KEY] = version
+            out_headers += [
+                (b"openstack-api-version", f"placement {version}".encode()),
+                (b"vary", b"openstack-api-version"),
+            ]
+            if scope["path"] not in PUBLIC_PATHS:
+                scope[CONTEXT_KEY] = self.auth.authenticate(headers)
+            length = headers.get("content-length")
+            if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+                raise errors.PayloadTooLarge(
+                    f"request body of {length} bytes exceeds the limit of "
+                    f"{self.max_body_bytes} bytes")
+        except errors.StratoError as exc:
+            extra = {"www-authenticate": 'Keystone uri="local"'} if exc.status == 401 else None
+            resp = error_response(exc.status, exc.title, exc.detail, exc.code, request_id,
+                                  extra)
+            await resp(scope, receive, send_with_headers)
+            return
+
+        await self.app(scope, self._limited(receive), send_with_headers)
+
+    def _limited(self, receive: Receive) -> Receive:
+        seen = 0
+        limit = self.max_body_bytes
+
+        async def wrapped() -> Message:
+            nonlocal seen
+            message: dict[str, Any] = dict(await receive())
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise errors.PayloadTooLarge(
+                        f"request body exceeds the limit of {limit} bytes")
+            return message
+
+        return wrapped

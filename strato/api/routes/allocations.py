@@ -1,0 +1,283 @@
+"""/allocations: read, replace and remove a consumer's allocations; several at once.
+
+Every write goes through `store.allocations.claim`, the one write path for
+allocations. The body schemas change with the microversion; the table
+`_PUT_BODIES` / `_POST_BODIES` says which model reads which versions.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints
+from starlette.requests import Request
+from starlette.responses import Response
+
+from strato.api import deps, query
+from strato.api.body import read_json, validate
+from strato.api.microversion import (
+    V1_8,
+    V1_12,
+    V1_13,
+    V1_15,
+    V1_28,
+    V1_34,
+    V1_38,
+    Version,
+    require,
+    version,
+)
+from strato.api.responses import cache_headers, json_response
+from strato.model import errors
+from strato.store import allocations as store
+from strato.store import providers
+
+router = APIRouter()
+
+# Placement's patterns: resource class and consumer type names, group suffixes.
+NAME_PATTERN = r"^[A-Z0-9_]+$"
+UUID_PATTERN = (r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+                r"[0-9a-fA-F]{12}$")
+GROUP_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+
+Uuid = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
+ClassName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+Amount = Annotated[int, Field(ge=1)]
+ExternalId = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+Resources = Annotated[dict[ClassName, Amount], Field(min_length=1)]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- Bodies, oldest first --------------------------------------------------
+
+class ProviderRef(StrictModel):
+    uuid: Uuid
+
+
+class ListItem(StrictModel):
+    resource_provider: ProviderRef
+    resources: Resources
+
+
+class PutV1_0(StrictModel):
+    """List form: [{resource_provider: {uuid}, resources: {...}}]."""
+
+    allocations: Annotated[list[ListItem], Field(min_length=1)]
+
+
+class PutV1_8(PutV1_0):
+    project_id: ExternalId
+    user_id: ExternalId
+
+
+class ProviderResources(StrictModel):
+    # Optional and ignored (it is what GET shows); null is not an integer.
+    generation: int = 0
+    resources: Resources
+
+
+class PostConsumerV1_13(StrictModel):
+    """Dict form keyed by provider uuid; may be empty (remove everything)."""
+
+    allocations: dict[Uuid, ProviderResources]
+    project_id: ExternalId
+    user_id: ExternalId
+
+
+class PutV1_12(PostConsumerV1_13):
+    allocations: Annotated[dict[Uuid, ProviderResources], Field(min_length=1)]
+
+
+class PutV1_28(PostConsumerV1_13):
+    consumer_generation: int | None
+
+
+class PutV1_34(PutV1_28):
+    # Which provider satisfied which request group; accepted, not stored.
+    mappings: dict[Annotated[str, StringConstraints(pattern=GROUP_PATTERN)],
+                   Annotated[list[Uuid], Field(min_length=1)]] = Field(default_factory=dict)
+
+
+class PutV1_38(PutV1_34):
+    consumer_type: Annotated[str, StringConstraints(pattern=NAME_PATTERN, min_length=1,
+                                                    max_length=255)]
+
+
+ConsumerBody = PutV1_0 | PostConsumerV1_13
+
+_PUT_BODIES: tuple[tuple[Version, type[ConsumerBody]], ...] = (
+    (V1_38, PutV1_38), (V1_34, PutV1_34), (V1_28, PutV1_28), (V1_12, PutV1_12),
+    (V1_8, PutV1_8), (Version(1, 0), PutV1_0))
+_POST_BODIES: tuple[tuple[Version, type[PostConsumerV1_13]], ...] = (
+    (V1_38, PutV1_38), (V1_34, PutV1_34), (V1_28, PutV1_28), (V1_13, PostConsumerV1_13))
+
+
+def _pick(table: tuple[tuple[Version, Any], ...], v: Version) -> Any:
+    return next(model for since, model in table if v >= since)
+
+
+def post_body_model(v: Version) -> type[PostConsumerV1_13]:
+    """The model of one consumer's entry in POST /allocations (and the reshaper)."""
+    model: type[PostConsumerV1_13] = _pick(_POST_BODIES, v)
+    return model
+
+
+class _PostBody(RootModel[dict[Uuid, Any]]):
+    """POST /allocations: consumer uuid -> that consumer's body (checked per version)."""
+
+
+def validate_consumer(model: type[PostConsumerV1_13], consumer_uuid: str, data: Any
+                      ) -> PostConsumerV1_13:
+    try:
+        return validate(model, data)
+    except errors.BadRequest as exc:
+        # Name the consumer the problem is in.
+        raise errors.BadRequest(exc.detail.replace(
+            "JSON does not validate: ", f"JSON does not validate: {consumer_uuid}.", 1)
+        ) from None
+
+
+# --- From bodies to claims -------------------------------------------------
+
+def canonical_uuid(value: str) -> str:
+    return str(uuidlib.UUID(value))
+
+
+def _allocations_of(body: ConsumerBody) -> dict[str, dict[str, int]]:
+    if isinstance(body, PutV1_0):
+        # Later entries for the same provider win, as in Placement.
+        return {canonical_uuid(item.resource_provider.uuid): dict(item.resources)
+                for item in body.allocations}
+    out: dict[str, dict[str, int]] = {}
+    for rp_uuid, share in body.allocations.items():
+        key = canonical_uuid(rp_uuid)
+        if key in out:
+            raise errors.BadRequest(
+                f"resource provider {key} appears more than once in the allocations")
+        out[key] = dict(share.resources)
+    return out
+
+
+def to_claim(consumer_uuid: str, body: ConsumerBody) -> store.ConsumerClaim:
+    """The claim that makes `body` the consumer's complete allocations."""
+    return store.ConsumerClaim(
+        consumer_uuid=consumer_uuid,
+        allocations=_allocations_of(body),
+        project_id=getattr(body, "project_id", None),
+        user_id=getattr(body, "user_id", None),
+        consumer_type=getattr(body, "consumer_type", None),
+        generation=(body.consumer_generation if isinstance(body, PutV1_28)
+                    else store.ANY_GENERATION),
+    )
+
+
+def _consumer_path_uuid(value: str) -> str:
+    if not query.is_uuid(value):
+        raise errors.BadRequest(f"Malformed consumer_uuid: {value}")
+    return canonical_uuid(value)
+
+
+# --- Serialisation ---------------------------------------------------------
+
+def serialize_consumer(found: store.ConsumerAllocations, v: Version) -> dict[str, Any]:
+    out: dict[str, Any] = {"allocations": {
+        rp_uuid: {"generation": share.generation, "resources": share.resources}
+        for rp_uuid, share in found.allocations.items()}}
+    # Owner fields only describe a consumer that holds something.
+    if found.allocations and v >= V1_12:
+        out["project_id"] = found.project_id
+        out["user_id"] = found.user_id
+        if v >= V1_28:
+            out["consumer_generation"] = found.generation
+        if v >= V1_38:
+            out["consumer_type"] = found.consumer_type
+    return out
+
+
+def serialize_provider(found: store.ProviderAllocations, generation: int, v: Version
+                       ) -> dict[str, Any]:
+    allocs: dict[str, Any] = {}
+    for consumer_uuid, share in found.allocations.items():
+        entry: dict[str, Any] = {"resources": share.resources}
+        if v >= V1_28:
+            entry["consumer_generation"] = share.generation
+        allocs[consumer_uuid] = entry
+    return {"allocations": allocs, "resource_provider_generation": generation}
+
+
+def _headers(v: Version, last_modified: datetime | None) -> dict[str, str] | None:
+    return cache_headers(last_modified) if v >= V1_15 else None
+
+
+# --- Routes ----------------------------------------------------------------
+
+@router.get("/allocations/{consumer_uuid}")
+def get_allocations(request: Request, consumer_uuid: str) -> Response:
+    deps.require_admin(request, "placement:allocations:list")
+    v = version(request)
+    # Placement never 404s here: an unknown consumer simply holds nothing.
+    key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
+    with deps.db(request).read() as conn:
+        found = store.get_consumer_allocations(conn, key)
+    return json_response(serialize_consumer(found, v),
+                         headers=_headers(v, found.last_modified))
+
+
+@router.put("/allocations/{consumer_uuid}")
+async def update_allocations(request: Request, consumer_uuid: str) -> Response:
+    deps.require_admin(request, "placement:allocations:update")
+    v = version(request)
+    key = _consumer_path_uuid(consumer_uuid)
+    body: ConsumerBody = validate(_pick(_PUT_BODIES, v), await read_json(request))
+    claim = to_claim(key, body)
+    with deps.db(request).write() as conn:
+        store.claim(conn, [claim])
+    return Response(status_code=204)
+
+
+@router.post("/allocations")
+async def create_allocations(request: Request) -> Response:
+    deps.require_admin(request, "placement:allocations:manage")
+    v = require(request, V1_13)
+    bodies = validate(_PostBody, await read_json(request)).root
+    if not bodies:
+        raise errors.BadRequest("JSON does not validate: body: at least one consumer is "
+                                "required (minProperties 1)")
+    model = post_body_model(v)
+    # Validated once more per consumer, against this version's model.
+    claims = [to_claim(canonical_uuid(c), validate_consumer(model, c, b))
+              for c, b in bodies.items()]
+    with deps.db(request).write() as conn:
+        store.claim(conn, claims)
+    return Response(status_code=204)
+
+
+@router.delete("/allocations/{consumer_uuid}")
+def delete_allocations(request: Request, consumer_uuid: str) -> Response:
+    deps.require_admin(request, "placement:allocations:delete")
+    key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
+    with deps.db(request).write() as conn:
+        if not store.get_consumer_allocations(conn, key).allocations:
+            raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
+        store.claim(conn, [store.ConsumerClaim(consumer_uuid=key)])
+    return Response(status_code=204)
+
+
+@router.get("/resource_providers/{uuid}/allocations")
+def list_provider_allocations(request: Request, uuid: str) -> Response:
+    deps.require_admin(request, "placement:resource_providers:allocations:list")
+    v = version(request)
+    with deps.db(request).read() as conn:
+        rp = providers.get_provider_or_none(conn, uuid)
+        if rp is None:
+            raise errors.NotFound(f"Resource provider '{uuid}' not found: No resource "
+                                  f"provider with uuid {uuid} found")
+        found = store.get_provider_allocations(conn, rp.id)
+    return json_response(serialize_provider(found, rp.generation, v),
+                         headers=_headers(v, found.last_modified))

@@ -1,0 +1,89 @@
+"""Usages: per provider, and per project/user (grouped by consumer type from 1.38)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from strato.api import deps, query
+from strato.api.microversion import V1_9, V1_15, V1_38, Version, require, version
+from strato.api.responses import cache_headers, json_response
+from strato.model import errors
+from strato.store import providers
+from strato.store import usages as store
+
+router = APIRouter()
+
+# Placement's pattern for ?consumer_type= (a type name, or all / unknown). It is
+# searched, not matched whole, exactly as Placement's JSON schema does.
+_CONSUMER_TYPE_QUERY = re.compile(r"^[A-Z0-9_]+$|^all|^unknown$")
+_MAX_ID = 255
+
+
+def _headers(v: Version) -> dict[str, str] | None:
+    # "What is the usage now?": last-modified is now, as in Placement.
+    return cache_headers(None) if v >= V1_15 else None
+
+
+@router.get("/resource_providers/{uuid}/usages")
+def get_provider_usages(request: Request, uuid: str) -> Response:
+    deps.require_admin(request, "placement:resource_providers:usages")
+    v = version(request)
+    with deps.db(request).read() as conn:
+        rp = providers.get_provider_or_none(conn, uuid)
+        if rp is None:
+            raise errors.NotFound(f"No resource provider with uuid {uuid} found")
+        found = store.provider_usages(conn, rp.id)
+    return json_response({"resource_provider_generation": rp.generation, "usages": found},
+                         headers=_headers(v))
+
+
+def _id_param(request: Request, name: str, *, required: bool) -> str | None:
+    value = query.single(request, name)
+    if value is None:
+        if required:
+            raise errors.BadRequest(
+                f"Invalid query string parameters: '{name}' is a required property")
+        return None
+    if not 1 <= len(value) <= _MAX_ID:
+        raise errors.BadRequest(
+            f"Invalid query string parameters: '{name}' must be 1 to {_MAX_ID} characters "
+            f"long, got {len(value)}")
+    return value
+
+
+def _consumer_type_param(request: Request) -> str | None:
+    value = query.single(request, "consumer_type")
+    if value is None:
+        return None
+    if not 1 <= len(value) <= _MAX_ID or not _CONSUMER_TYPE_QUERY.search(value):
+        raise errors.BadRequest(
+            f"Invalid query string parameters: '{value}' does not match "
+            f"'{_CONSUMER_TYPE_QUERY.pattern}'")
+    return value
+
+
+@router.get("/usages")
+def get_total_usages(request: Request) -> Response:
+    deps.require_admin(request, "placement:usages")
+    v = require(request, V1_9)
+    by_type = v >= V1_38
+    query.check_params(request, ["project_id", "user_id"] + (["consumer_type"] if by_type
+                                                             else []))
+    project_id = _id_param(request, "project_id", required=True)
+    assert project_id is not None
+    user_id = _id_param(request, "user_id", required=False)
+    body: dict[str, Any]
+    with deps.db(request).read() as conn:
+        if by_type:
+            grouped = store.usages_by_consumer_type(
+                conn, project_id, user_id, _consumer_type_param(request))
+            body = {"usages": {t: {**u.resources, "consumer_count": u.consumer_count}
+                               for t, u in grouped.items()}}
+        else:
+            body = {"usages": store.project_usages(conn, project_id, user_id)}
+    return json_response(body, headers=_headers(v))

@@ -1,0 +1,212 @@
+"""The zone tree's routes: summary, children, and claims routed to their owner."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from strato.api import deps
+from strato.api.responses import json_response
+from strato.model import errors
+from strato.model.location import LocationError, canonical_location, canonical_tags
+from strato.store import children as store
+from strato.store import provisional
+from strato.zone.transport import Unreachable
+from strato.zone.tree import ZoneTree
+
+router = APIRouter(prefix="/strato/v1", tags=["zone tree"])
+_ZONE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+
+
+def tree_of(request: Request) -> ZoneTree:
+    tree: ZoneTree = request.app.state.tree
+    return tree
+
+
+class ChildSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str = Field(pattern=_ZONE_NAME)
+    url: str = Field(min_length=1, max_length=1024,
+                     description="http(s)://host:port of the child zone (inproc://name for "
+                     "in-process zones).")
+    location_prefix: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    credential: str | None = Field(default=None, max_length=1024,
+                                   description="Token this zone sends when calling the child.")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.match(r"^(https?|inproc)://[^\s/]+", v):
+            raise ValueError(f"url must be http(s)://host[:port] (got {v!r})")
+        return v.rstrip("/")
+
+    @field_validator("location_prefix")
+    @classmethod
+    def _prefix(cls, v: str | None) -> str | None:
+        try:
+            return canonical_location(v)
+        except LocationError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str]) -> list[str]:
+        try:
+            return canonical_tags(v)
+        except LocationError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class ClaimPlacement(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    consumer_uuid: str
+    allocations: dict[str, dict[str, Any]]
+
+
+class ClaimRequest(BaseModel):
+    """Claim exactly these placements at the zone `path` names (relative to this zone)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    path: list[str] = Field(default_factory=list, max_length=32)
+    project_id: str = Field(min_length=1, max_length=255)
+    user_id: str = Field(min_length=1, max_length=255)
+    consumer_type: str | None = None
+    group: str | None = None
+    hold_ttl: float | None = Field(default=None, gt=0, le=3600,
+                                   description="Hold provisionally (a cross-zone "
+                                   "placement): released unless confirmed in time.")
+    placements: list[ClaimPlacement] = Field(min_length=1, max_length=1000)
+
+
+def _view(tree: ZoneTree, c: store.Child) -> dict[str, Any]:
+    cached = tree.cache.get(c.name)
+    return {"name": c.name, "url": c.url, "location_prefix": c.location_prefix,
+            "tags": list(c.tags), "health": tree._health(c.name).as_dict(),
+            "summary": cached.body if cached else None}
+
+
+@router.get("/summary")
+async def get_summary(request: Request, fresh: bool = False) -> Response:
+    """This zone's subtree as one resource pool: own providers plus children's summaries
+    (`fresh=true`: ask the children again first, down the whole subtree)."""
+    deps.require_admin(request, "strato:summary:show")
+    return json_response(await tree_of(request).summary(fresh=fresh))
+
+
+@router.get("/children")
+async def list_children(request: Request) -> Response:
+    deps.require_admin(request, "strato:children:list")
+    tree = tree_of(request)
+    kids = await tree.children()
+    return json_response({"children": [_view(tree, c) for c in kids]})
+
+
+@router.post("/children", status_code=201)
+async def create_child(request: Request, body: ChildSpec) -> Response:
+    """Add (201) or update (200) a child zone; its summary is fetched at once."""
+    deps.require_admin(request, "strato:children:create")
+    tree = tree_of(request)
+
+    def write() -> tuple[store.Child, bool]:
+        with deps.db(request).write() as conn:
+            return store.upsert_child(conn, body.name, body.url, body.location_prefix,
+                                      body.tags, body.credential)
+    child, created = await run_in_threadpool(write)
+    tree.forget_children()
+    tree.health.pop(child.name, None)
+    await tree.fetch_summary(child)
+    return json_response(_view(tree, child), 201 if created else 200)
+
+
+@router.delete("/children/{name}")
+async def delete_child(request: Request, name: str) -> Response:
+    deps.require_admin(request, "strato:children:delete")
+    tree = tree_of(request)
+
+    def write() -> None:
+        with deps.db(request).write() as conn:
+            store.delete_child(conn, name)
+    await run_in_threadpool(write)
+    tree.forget_children()
+    tree.cache.pop(name, None)
+    tree.health.pop(name, None)
+    return Response(status_code=204)
+
+
+class PendingRequest(BaseModel):
+    """Held parts of a cross-zone placement, at the zone `path` names."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    path: list[str] = Field(default_factory=list, max_length=32)
+    consumers: list[str] = Field(min_length=1, max_length=1000)
+
+
+async def _forward(tree: ZoneTree, path: list[str], route: str, payload: dict[str, Any]
+                   ) -> Response:
+    """Pass a claim message one level down the zone path."""
+    kids = {c.name: c for c in await tree.children()}
+    child = kids.get(path[0])
+    if child is None:
+        raise errors.NotFound(f"path: no child zone named {path[0]!r}")
+    try:
+        reply = await tree.transport.call(
+            child.url, "POST", route, token=child.credential,
+            json={**payload, "path": path[1:]}, timeout=tree.config.child_timeout)
+    except Unreachable as exc:
+        tree._health(child.name).failed(exc.why)
+        raise errors.Conflict(f"child zone {child.name} did not answer: {exc.why}") from None
+    return json_response(reply.body, reply.status)
+
+
+@router.post("/claims")
+async def create_claim(request: Request, body: ClaimRequest) -> Response:
+    """Claim the given placements at their owner: here if `path` is empty, else
+    forwarded to the child `path[0]` (all or nothing; 409 if they no longer fit)."""
+    deps.require_admin(request, "strato:claims:create")
+    tree = tree_of(request)
+    payload = body.model_dump(mode="json")
+    if body.path:
+        return await _forward(tree, body.path, "/strato/v1/claims", payload)
+    return json_response(await run_in_threadpool(tree.local.claim_placements, payload))
+
+
+@router.post("/claims/confirm")
+async def confirm_claims(request: Request, body: PendingRequest) -> Response:
+    """Make held parts permanent (idempotent). 404 `strato.claim_expired` if any had
+    expired and was released: the coordinator then undoes the other parts."""
+    deps.require_admin(request, "strato:claims:confirm")
+    tree = tree_of(request)
+    if body.path:
+        return await _forward(tree, body.path, "/strato/v1/claims/confirm",
+                              body.model_dump(mode="json"))
+
+    def work() -> tuple[list[str], list[str]]:
+        with deps.db(request).write() as conn:
+            return provisional.confirm(conn, body.consumers)
+    confirmed, gone = await run_in_threadpool(work)
+    if gone:
+        raise errors.NotFound(f"held claims expired and were released: {', '.join(gone)}",
+                              "strato.claim_expired")
+    return json_response({"confirmed": confirmed})
+
+
+@router.post("/claims/release")
+async def release_claims(request: Request, body: PendingRequest) -> Response:
+    """Undo held parts now rather than at their expiry (permanent ones stay)."""
+    deps.require_admin(request, "strato:claims:release")
+    tree = tree_of(request)
+    if body.path:
+        return await _forward(tree, body.path, "/strato/v1/claims/release",
+                              body.model_dump(mode="json"))
+
+    def work() -> list[str]:
+        with deps.db(request).write() as conn:
+            return provisional.release(conn, body.consumers)
+    return json_response({"released": await run_in_threadpool(work)})

@@ -1,0 +1,235 @@
+"""The `strato` command: serve, db upgrade, demo."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import sys
+
+import typer
+from fastapi import FastAPI
+from rich.console import Console
+
+from strato.config import Settings
+from strato.model.location import LocationError, canonical_location, canonical_tags
+from strato.store.db import Database, default_sqlite_url
+
+app = typer.Typer(help="Strato: distributed, hierarchical resource scheduler and placement "
+                       "service.", no_args_is_help=True, add_completion=False)
+db_app = typer.Typer(help="Database schema management.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console(stderr=True)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _db_url(db: str | None, data_dir: str | None) -> str:
+    return db or os.environ.get("STRATO_DB") or default_sqlite_url(data_dir)
+
+
+@app.command()
+def serve(
+    db: str = typer.Option(None, help="Database URL: sqlite:///path.db or "
+                           "postgresql+psycopg://user@host/dbname. Default: SQLite in the "
+                           "data directory. Env: STRATO_DB."),
+    data_dir: str = typer.Option(None, help="Where the default SQLite file lives. "
+                                 "Env: STRATO_DATA_DIR."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8780, help="Port to listen on."),
+    auth_token: str = typer.Option(None, envvar="STRATO_AUTH_TOKEN",
+                                   help="Admin token clients must send as X-Auth-Token. "
+                                   "Without one the server runs in development mode "
+                                   "(Placement noauth2 behaviour) on loopback only."),
+    workers: int = typer.Option(1, help="Server processes (PostgreSQL only for >1)."),
+    log_level: str = typer.Option("warning", help="uvicorn log level."),
+    stale_after: float = typer.Option(90.0, envvar="STRATO_STALE_AFTER",
+                                      help="Seconds without a report after which a provider "
+                                      "that has an agent is stale (excluded from new "
+                                      "placements)."),
+    weigher: str = typer.Option(None, envvar="STRATO_WEIGHER",
+                                help="How allocation candidates are ranked: spread (most "
+                                "free room first) or pack. Default: spread."),
+    class_weights: str = typer.Option(None, envvar="STRATO_CLASS_WEIGHTS",
+                                      help="Per resource class weight in the ranking, e.g. "
+                                      "VCPU:2,MEMORY_MB:1 (others 1)."),
+    randomize_candidates: bool = typer.Option(None, envvar="STRATO_RANDOMIZE_CANDIDATES",
+                                              help="Break ranking ties randomly instead of "
+                                              "by provider uuid."),
+    max_candidates: int = typer.Option(None, envvar="STRATO_MAX_CANDIDATES",
+                                       help="Stop building allocation candidates after this "
+                                       "many (Placement's max_allocation_candidates). "
+                                       "Default: -1, no cap."),
+    zone: str = typer.Option("local", envvar="STRATO_ZONE",
+                             help="This zone's name in the zone tree."),
+    parent: str = typer.Option(None, envvar="STRATO_PARENT",
+                               help="URL of the parent zone to register with at start-up."),
+    parent_token: str = typer.Option(None, envvar="STRATO_PARENT_TOKEN",
+                                     help="Token to send to the parent zone."),
+    advertise_url: str = typer.Option(None, help="URL the parent should call this zone at "
+                                      "(default http://HOST:PORT)."),
+    location_prefix: str = typer.Option(None, help="Where this zone is, e.g. 'dfw' or "
+                                        "'dfw/room1': parents prune by it."),
+    tag: list[str] = typer.Option([], "--tag", help="A tag every provider of this zone "
+                                  "has (repeatable), e.g. --tag hipaa."),
+    summary_interval: float = typer.Option(5.0, help="Seconds between refreshes of the "
+                                           "children's summaries."),
+    child_timeout: float = typer.Option(5.0, help="Seconds a child zone may take to answer "
+                                        "before it is skipped and marked unhealthy."),
+) -> None:
+    """Run a Strato zone server (a zone of a zone tree, or a standalone one)."""
+    import uvicorn
+
+    from strato.api.app import create_app
+    from strato.engine.service import EngineConfig, parse_class_weights
+
+    url = _db_url(db, data_dir)
+    try:
+        weights = None if class_weights is None else parse_class_weights(class_weights)
+        # Fail here, with the reason, rather than in every worker at start-up.
+        EngineConfig.from_env(weigher=weigher, class_weights=weights,
+                              randomize=randomize_candidates, max_candidates=max_candidates)
+    except ValueError as exc:
+        console.print(f"[red]invalid ranking option[/]: {exc}")
+        raise typer.Exit(2) from None
+    try:
+        location_prefix = canonical_location(location_prefix)  # type: ignore[assignment]
+        tag = canonical_tags(tag)
+    except LocationError as exc:
+        console.print(f"[red]invalid zone metadata[/]: {exc}")
+        raise typer.Exit(2) from None
+    if auth_token is None and not _is_loopback(host):
+        console.print(f"[red]refusing to listen on {host} without --auth-token[/]: "
+                      "development mode (no token) is for loopback only")
+        raise typer.Exit(2)
+    if workers > 1 and url.startswith("sqlite"):
+        console.print("[red]--workers > 1 needs PostgreSQL[/]")
+        raise typer.Exit(2)
+    if auth_token is None:
+        console.print("[yellow]development mode[/]: no --auth-token, accepting noauth2-style "
+                      f"tokens on {host} only")
+    settings = Settings(db_url=url, auth_token=auth_token, stale_after=stale_after,
+                        weigher=weigher, class_weights=weights,
+                        randomize_candidates=randomize_candidates,
+                        max_candidates=max_candidates, zone_name=zone,
+                        parent_url=parent, parent_token=parent_token,
+                        advertise_url=advertise_url or f"http://{host}:{port}",
+                        location_prefix=location_prefix, zone_tags=tuple(tag),
+                        zone_credential=auth_token, summary_interval=summary_interval,
+                        child_timeout=child_timeout)
+    # Migrate once, before workers start, so they do not race on it.
+    from strato.store.migrate import upgrade
+    database = Database(url)
+    upgrade(database)
+    database.dispose()
+    console.print(f"strato serving on http://{host}:{port} database={_redact(url)}")
+    logging.basicConfig(level=log_level.upper())
+    if workers > 1:
+        if parent or tag or location_prefix:
+            console.print("[red]zone tree options need --workers 1[/] (one process per zone)")
+            raise typer.Exit(2)
+        os.environ["STRATO_DB"] = url
+        if auth_token:
+            os.environ["STRATO_AUTH_TOKEN"] = auth_token
+        os.environ["STRATO_STALE_AFTER"] = str(stale_after)
+        # Workers rebuild Settings from the environment (app_from_env).
+        ranking = {"STRATO_WEIGHER": weigher, "STRATO_CLASS_WEIGHTS": class_weights,
+                   "STRATO_MAX_CANDIDATES": None if max_candidates is None
+                   else str(max_candidates),
+                   "STRATO_RANDOMIZE_CANDIDATES": None if randomize_candidates is None
+                   else str(int(randomize_candidates))}
+        os.environ.update({k: v for k, v in ranking.items() if v is not None})
+        uvicorn.run("strato.cli.main:app_from_env", factory=True, host=host, port=port,
+                    workers=workers, log_level=log_level)
+    else:
+        uvicorn.run(create_app(settings, migrate=False), host=host, port=port,
+                    log_level=log_level)
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory for multi-worker serving."""
+    from strato.api.app import create_app
+    from strato.engine.service import parse_class_weights
+
+    env = os.environ
+    weights = env.get("STRATO_CLASS_WEIGHTS")
+    randomize = env.get("STRATO_RANDOMIZE_CANDIDATES")
+    max_candidates = env.get("STRATO_MAX_CANDIDATES")
+    return create_app(Settings(
+        db_url=env["STRATO_DB"], auth_token=env.get("STRATO_AUTH_TOKEN"),
+        stale_after=float(env.get("STRATO_STALE_AFTER", 90.0)),
+        weigher=env.get("STRATO_WEIGHER"),
+        class_weights=None if weights is None else parse_class_weights(weights),
+        randomize_candidates=None if randomize is None
+        else randomize.lower() in ("1", "true", "yes"),
+        max_candidates=None if max_candidates is None else int(max_candidates)),
+        migrate=False)
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+    return url
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    db: str = typer.Option(None, help="Database URL (default: SQLite in the data directory)."),
+    data_dir: str = typer.Option(None, help="Where the default SQLite file lives."),
+) -> None:
+    """Create or upgrade the schema to the latest revision."""
+    from strato.store.migrate import current_revision, head_revision, upgrade
+
+    url = _db_url(db, data_dir)
+    database = Database(url)
+    before = current_revision(database)
+    upgrade(database)
+    console.print(f"database {_redact(url)}: {before or 'empty'} -> {head_revision()}")
+    database.dispose()
+
+
+@app.command()
+def demo(
+    providers: int = typer.Option(2000, help="Hosts, spread over the four cells."),
+    requests: int = typer.Option(500, help="Schedule requests sent to the root."),
+    clients: int = typer.Option(8, help="Concurrent clients."),
+    keep: bool = typer.Option(False, help="Keep the demo's data directory (databases, logs)."),
+) -> None:
+    """Start a tree of seven zones on loopback, schedule a mixed workload at the root,
+    kill a cell half way, print what happened and check the invariants."""
+    from strato.cli.demo import run_demo
+
+    sys.exit(run_demo(providers=providers, requests=requests, keep=keep, clients=clients))
+
+
+# `strato agent` and `strato providers` live in their own modules (the agent must
+# not import the server).
+from strato.cli.agent import agent as _agent_command  # noqa: E402
+from strato.cli.providers import providers as _providers_command  # noqa: E402
+from strato.cli.schedule import explain as _explain_command  # noqa: E402
+from strato.cli.schedule import schedule as _schedule_command  # noqa: E402
+from strato.sim.cli import sim as _sim_command  # noqa: E402
+
+app.command("agent")(_agent_command)
+app.command("providers")(_providers_command)
+app.command("schedule")(_schedule_command)
+app.command("explain")(_explain_command)
+app.command("sim")(_sim_command)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Server settings, from flags or STRATO_* environment variables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    db_url: str
+    # None: development mode (Placement's noauth2 behaviour), loopback only.
+    auth_token: str | None = None
+    max_body_bytes: int = 16 * 1024 * 1024
+    zone_name: str = "local"
+    sqlite_synchronous: str = "FULL"
+    # Seconds without a report after which a provider subject to heartbeats is
+    # stale: 3 x the agent's default 30 s interval.
+    stale_after: float = 90.0
+    # Candidate ranking (GET /allocation_candidates). None: the STRATO_WEIGHER,
+    # STRATO_CLASS_WEIGHTS, STRATO_RANDOMIZE_CANDIDATES, STRATO_MAX_CANDIDATES
+    # environment variable, else the engine's default (spread, equal weights,
+    # deterministic ties, no cap), so a Settings built in code still honours them.
+    weigher: str | None = None
+    class_weights: Mapping[str, float] | None = None
+    randomize_candidates: bool | None = None
+    max_candidates: int | None = None
+    # The zone tree. This zone's static metadata, what its parent sees before
+    # any summary: a location prefix (e.g. "dfw") and tags (e.g. "hipaa").
+    location_prefix: str | None = None
+    zone_tags: tuple[str, ...] = ()
+    # Register with this parent at start-up (POST {parent}/strato/v1/children),
+    # giving it `advertise_url` and `zone_credential` to call back with.
+    parent_url: str | None = None
+    parent_token: str | None = None
+    advertise_url: str | None = None
+    zone_credential: str | None = None
+    # How often children's summaries are refreshed, and how long a child may
+    # take to answer before it is skipped and marked unhealthy.
+    summary_interval: float = 5.0
+    child_timeout: float = 5.0
+    # A cross-zone placement's held parts are released after this many seconds
+    # unless confirmed.
+    hold_ttl: float = 30.0

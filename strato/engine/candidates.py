@@ -1,0 +1,495 @@
+"""Allocation candidates from an index snapshot: pure, no database.
+
+Semantics are Placement's (GET /allocation_candidates up to 1.39):
+
+* a granular group is served by one provider that itself has the resources,
+  traits and aggregates; the unsuffixed group may be spread over providers of
+  one tree plus sharing providers, and its traits are checked on the union of
+  the providers it uses;
+* every candidate has an *anchor* tree: the tree of its non-sharing
+  providers. Sharing providers serve the trees they share an aggregate with;
+* ``root_required`` filters anchors; ``group_policy=isolate`` wants distinct
+  providers for the granular groups; ``same_subtree`` wants one of the named
+  groups' providers to be an ancestor (or self) of all the others;
+* the merged candidate must still fit: used + amount <= capacity, and
+  amount <= max_unit, per provider and class.
+
+How it stays fast: trees made of a single provider with no sharing provider
+involved (the vast majority) are decided and scored with numpy over all
+providers at once. Only the remaining "complex" trees (nested providers or
+sharing providers) are enumerated in Python; with a limit, they are visited
+best bound first and the walk stops once no tree can beat the current
+k-th candidate.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from strato.engine import filters
+from strato.engine.filters import GroupMasks
+from strato.engine.index import BoolArray, ProviderIndex
+from strato.engine.request import CandidateRequest, GroupPolicy, RequestGroup
+from strato.engine.weighers import FloatArray, Scorer
+
+# (position, resource class, amount)
+Item = tuple[int, str, int]
+NEG_INF = -np.inf
+# Scores are means of item scores; a bound is a max of item scores. Rounding
+# could put a mean a hair above the max: compare bounds with this slack.
+EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    # Consolidated: one item per (provider, class), sorted.
+    items: tuple[Item, ...]
+    # suffix -> positions of the providers serving that group (sorted).
+    mappings: tuple[tuple[str, tuple[int, ...]], ...]
+    score: float
+    # Deterministic tie-break (provider uuids by group), or random.
+    key: tuple[str, ...]
+
+    @property
+    def identity(self) -> tuple[tuple[Item, ...], tuple[tuple[str, tuple[int, ...]], ...]]:
+        return self.items, self.mappings
+
+    def sort_key(self) -> tuple[float, tuple[str, ...]]:
+        return -self.score, self.key
+
+
+@dataclass(slots=True)
+class _Context:
+    """Per-request work done once, before the stages (kube-scheduler's CycleState)."""
+
+    index: ProviderIndex
+    request: CandidateRequest
+    scorer: Scorer
+    groups: list[RequestGroup]
+    masks: list[GroupMasks]
+    anchor_ok: BoolArray
+    anchors: dict[int, npt.NDArray[np.int32]]
+    # Per group: sharing providers eligible for that group (position -> anchors).
+    sharing_single: list[list[int]]
+    sharing_entry: list[dict[str, list[int]]]
+    rng: np.random.Generator | None
+    max_candidates: int
+
+
+def build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, *,
+          max_candidates: int = -1, seed: int | None = None,
+          exclude: BoolArray | None = None) -> list[Candidate]:
+    """Candidates for `request`, best first, at most `request.limit` of them.
+
+    `exclude` (a mask over index rows) leaves providers out as if they did not
+    exist: the scheduler's zone rules (stale hosts, location, tags, spread).
+    """
+    ctx = _prepare(index, request, scorer, max_candidates, seed, exclude)
+    if ctx is None:
+        return []
+    complex_roots = _complex_roots(ctx)
+    simple = _simple_positions(ctx, complex_roots)
+    simple_scores = _simple_scores(ctx, simple)
+    viable, bounds = _complex_viable(ctx, complex_roots)
+    limit = request.limit
+    if limit is not None:
+        return _ranked_with_limit(ctx, simple, simple_scores, viable, bounds, limit)
+    simple_sorted = _sorted_simple(ctx, simple, simple_scores)
+    complex_cands = _dedupe(c for t in viable.tolist() for c in _enumerate_tree(ctx, t))
+    complex_cands.sort(key=Candidate.sort_key)
+    merged = list(heapq.merge(simple_sorted, complex_cands, key=Candidate.sort_key))
+    return _cap(ctx, merged)
+
+
+# -- preparation -------------------------------------------------------------
+
+def _prepare(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
+             max_candidates: int, seed: int | None,
+             exclude: BoolArray | None = None) -> _Context | None:
+    groups = sorted(request.groups, key=lambda g: g.suffix)
+    if any(index.rc_columns(rc) is None for g in groups for rc in g.resource_classes):
+        return None  # a class no provider has: nothing can match
+    masks: list[GroupMasks] = []
+    for g in groups:
+        root: int | None = None
+        if g.in_tree is not None:
+            p = index.pos.get(g.in_tree)
+            if p is None or not index.alive[p]:
+                return None  # no such provider: nothing can match (as Placement)
+            root = int(index.root[p])
+        masks.append(filters.group_masks(index, g, root))
+    anchor_ok = filters.anchor_roots(index, request.root_required, request.root_forbidden)
+    if exclude is not None:
+        _apply_exclude(masks, exclude)
+        anchor_ok = anchor_ok & ~exclude
+    anchors = index.sharing_anchors()
+    sharing_single: list[list[int]] = []
+    sharing_entry: list[dict[str, list[int]]] = []
+    for m in masks:
+        sharing_single.append([s for s in anchors if m.single[s]] if m.group.granular else [])
+        sharing_entry.append({rc: [s for s in anchors if mask[s]]
+                              for rc, mask in m.shared_entry.items()})
+    rng = np.random.default_rng(seed) if scorer.config.randomize else None
+    return _Context(index=index, request=request, scorer=scorer, groups=groups, masks=masks,
+                    anchor_ok=anchor_ok, anchors=anchors, sharing_single=sharing_single,
+                    sharing_entry=sharing_entry, rng=rng, max_candidates=max_candidates)
+
+
+def _apply_exclude(masks: list[GroupMasks], exclude: BoolArray) -> None:
+    keep = ~exclude
+    for m in masks:
+        m.fit = {rc: mask & keep for rc, mask in m.fit.items()}
+        m.single = m.single & keep
+        m.entry = {rc: mask & keep for rc, mask in m.entry.items()}
+        m.shared_entry = {rc: mask & keep for rc, mask in m.shared_entry.items()}
+
+
+def _complex_roots(ctx: _Context) -> BoolArray:
+    """Trees that need enumeration: nested ones, and those a sharing provider
+    eligible for some group may serve."""
+    out = ctx.index.layout().nested_root[: ctx.index.size].copy()
+    for i in range(len(ctx.groups)):
+        for s in _all_sharing(ctx, i):
+            out[ctx.anchors[s]] = True
+    return out
+
+
+def _all_sharing(ctx: _Context, i: int) -> set[int]:
+    found = set(ctx.sharing_single[i])
+    for lst in ctx.sharing_entry[i].values():
+        found.update(lst)
+    return found
+
+
+# -- the vectorised path: single-provider trees ------------------------------
+
+def _demand(groups: Sequence[RequestGroup]) -> dict[str, int]:
+    """Total amount per class over all groups (what one provider must take)."""
+    out: dict[str, int] = {}
+    for g in groups:
+        for rc, amount in g.resources:
+            out[rc] = out.get(rc, 0) + amount
+    return out
+
+
+def _simple_positions(ctx: _Context, complex_roots: BoolArray) -> npt.NDArray[np.int64]:
+    index, req = ctx.index, ctx.request
+    if req.group_policy is GroupPolicy.ISOLATE and req.granular_count > 1:
+        return np.zeros(0, dtype=np.int64)  # one provider cannot isolate two groups
+    ok = ctx.anchor_ok & ~complex_roots
+    for m in ctx.masks:
+        ok &= m.single
+    for rc, total in _demand(ctx.groups).items():
+        if sum(1 for g in ctx.groups if rc in g.resource_classes) > 1:
+            col = index.rc_columns(rc)
+            assert col is not None  # every group with rc passed `fits`
+            n = index.size
+            ok &= (col.used[:n] + total <= col.capacity[:n]) & (col.max_unit[:n] >= total)
+    return np.flatnonzero(ok)
+
+
+def _simple_scores(ctx: _Context, positions: npt.NDArray[np.int64]) -> FloatArray:
+    if len(positions) == 0:
+        return np.zeros(0, dtype=np.float64)
+    columns: dict[str, FloatArray] = {}
+    for rc, total in _demand(ctx.groups).items():
+        col = ctx.index.rc_columns(rc)
+        assert col is not None
+        cap = col.capacity[positions].astype(np.float64)
+        free_after = cap - col.used[positions] - total
+        columns[rc] = ctx.scorer.weigher.item_scores(free_after, cap)
+    return ctx.scorer.combine(columns)
+
+
+def _simple_candidate(ctx: _Context, p: int, score: float,
+                      demand: Sequence[tuple[str, int]]) -> Candidate:
+    items = tuple((p, rc, amount) for rc, amount in demand)
+    mappings = tuple((g.suffix, (p,)) for g in ctx.groups)
+    uuid = ctx.index.uuids[p]
+    return Candidate(items=items, mappings=mappings, score=score,
+                     key=_random_key(ctx) or (uuid,) * len(ctx.groups))
+
+
+def _random_key(ctx: _Context) -> tuple[str, ...] | None:
+    if ctx.rng is None:
+        return None
+    return (f"{int(ctx.rng.integers(0, 2**62)):019d}",)
+
+
+def _tiebreak(ctx: _Context, positions: npt.NDArray[np.int64]
+              ) -> tuple[npt.NDArray[np.generic], npt.NDArray[np.generic]]:
+    if ctx.rng is not None:
+        r = ctx.rng.permutation(len(positions)).astype(np.uint64)
+        return r, r
+    return ctx.index.uuid_hi[positions], ctx.index.uuid_lo[positions]
+
+
+def _sorted_simple(ctx: _Context, positions: npt.NDArray[np.int64], scores: FloatArray
+                   ) -> list[Candidate]:
+    hi, lo = _tiebreak(ctx, positions)
+    order = np.lexsort((lo, hi, -scores))
+    demand = sorted(_demand(ctx.groups).items())
+    pos, sc = positions[order].tolist(), scores[order].tolist()
+    return [_simple_candidate(ctx, p, s, demand) for p, s in zip(pos, sc, strict=True)]
+
+
+def _top_simple(ctx: _Context, positions: npt.NDArray[np.int64], scores: FloatArray,
+                k: int) -> list[Candidate]:
+    """The k best single-provider candidates, in O(n): ties at the k-th score
+    are resolved by the tie-break key on the tied providers only."""
+    if len(positions) <= k:
+        return _sorted_simple(ctx, positions, scores)
+    part = np.argpartition(-scores, k - 1)[:k]
+    kth = scores[part].min()
+    above = np.flatnonzero(scores > kth)
+    tied = np.flatnonzero(scores == kth)
+    need = k - len(above)
+    if len(tied) > need:
+        hi, lo = _tiebreak(ctx, positions[tied])
+        cut = np.partition(hi, need - 1)[need - 1]
+        keep = hi <= cut
+        tied, hi, lo = tied[keep], hi[keep], lo[keep]
+        tied = tied[np.lexsort((lo, hi))[:need]]
+    chosen = np.concatenate([above, tied])
+    return _sorted_simple(ctx, positions[chosen], scores[chosen])
+
+
+# -- the enumerated path: nested trees and sharing providers -----------------
+
+def _complex_viable(ctx: _Context, complex_roots: BoolArray
+                    ) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """Complex roots where every group has at least one option, with an upper
+    bound of the score of any candidate anchored there."""
+    index = ctx.index
+    n = index.size
+    candidates = complex_roots & ctx.anchor_ok
+    if not candidates.any():
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    in_complex = candidates[index.root[:n]]
+    viable = candidates.copy()
+    # Per class: the best item score any eligible provider could give each tree.
+    best: dict[str, FloatArray] = {}
+    for i, m in enumerate(ctx.masks):
+        g = m.group
+        single = g.granular or not g.resources
+        if single:
+            viable &= _reached(ctx, m.single & in_complex, ctx.sharing_single[i])
+        for rc, amount in g.resources:
+            members = m.single if single else m.entry[rc]
+            sharing = ctx.sharing_single[i] if single else ctx.sharing_entry[i][rc]
+            if not single:
+                viable &= _reached(ctx, members & in_complex, sharing)
+            _raise_bound(ctx, best.setdefault(rc, np.full(n, NEG_INF)), members & in_complex,
+                         sharing, rc, amount)
+    for b in best.values():
+        viable &= b > NEG_INF
+    positions = np.flatnonzero(viable)
+    return positions, _bound(ctx, {rc: b[positions] for rc, b in best.items()})
+
+
+def _bound(ctx: _Context, best: dict[str, FloatArray]) -> FloatArray:
+    """Upper bound of a candidate's score from the best item score per class.
+
+    When each class is asked by one group only, a candidate has exactly one
+    item per class and its score is the weighted mean of those items, so the
+    weighted mean of the per-class bests bounds it. Otherwise the number of
+    items per class varies, and only the largest per-class best is safe.
+    """
+    if not best:
+        return np.zeros(0, dtype=np.float64)
+    counts: dict[str, int] = {}
+    for g in ctx.groups:
+        for rc in g.resource_classes:
+            counts[rc] = counts.get(rc, 0) + 1
+    if all(c == 1 for c in counts.values()):
+        return ctx.scorer.combine(best)
+    return np.max(np.vstack(list(best.values())), axis=0)
+
+
+def _reached(ctx: _Context, members: BoolArray, sharing: list[int]) -> BoolArray:
+    """Roots with an option: a qualifying member, or a sharing provider serving them."""
+    out = np.zeros(ctx.index.size, dtype=bool)
+    out[ctx.index.root[: ctx.index.size][members]] = True
+    for s in sharing:
+        out[ctx.anchors[s]] = True
+    return out
+
+
+def _raise_bound(ctx: _Context, best: FloatArray, members: BoolArray, sharing: list[int],
+                 rc: str, amount: int) -> None:
+    col = ctx.index.rc_columns(rc)
+    if col is None:
+        return
+    idx = np.flatnonzero(members)
+    sidx = np.asarray(sharing, dtype=np.int64)
+    both = np.concatenate([idx, sidx])
+    if len(both) == 0:
+        return
+    cap = col.capacity[both].astype(np.float64)
+    free = cap - col.used[both]
+    # Merged groups may take more than `amount`; a weigher is monotone in the
+    # amount, so the larger of the two extremes bounds every case.
+    total = _demand(ctx.groups)[rc]
+    raw = np.maximum(ctx.scorer.weigher.item_scores(free - amount, cap),
+                     ctx.scorer.weigher.item_scores(free - total, cap))
+    np.maximum.at(best, ctx.index.root[idx], raw[: len(idx)])
+    for j, s in enumerate(sharing):
+        targets = ctx.anchors[s]
+        best[targets] = np.maximum(best[targets], raw[len(idx) + j])
+
+
+# One way to serve a group: its items, and the providers it maps to.
+_Choice = tuple[tuple[Item, ...], tuple[int, ...]]
+
+
+def _enumerate_tree(ctx: _Context, t: int) -> Iterator[Candidate]:
+    members = ctx.index.tree_members(t)
+    options: list[list[_Choice]] = []
+    for i, m in enumerate(ctx.masks):
+        opts = _group_options(ctx, i, m, t, members)
+        if not opts:
+            return
+        options.append(opts)
+    for combo in itertools.product(*options):
+        cand = _merge(ctx, combo)
+        if cand is not None:
+            yield cand
+
+
+def _served(ctx: _Context, t: int, members: npt.NDArray[np.int32], mask: BoolArray,
+            sharing: list[int]) -> list[int]:
+    found = [int(p) for p in members[mask[members]]]
+    seen = set(found)
+    found += [s for s in sharing if s not in seen and _anchors_contain(ctx, s, t)]
+    return found
+
+
+def _anchors_contain(ctx: _Context, s: int, t: int) -> bool:
+    arr = ctx.anchors[s]
+    i = int(np.searchsorted(arr, t))
+    return i < len(arr) and int(arr[i]) == t
+
+
+def _group_options(ctx: _Context, i: int, m: GroupMasks, t: int,
+                   members: npt.NDArray[np.int32]) -> list[_Choice]:
+    g = m.group
+    if g.granular or not g.resources:
+        provs = _served(ctx, t, members, m.single, ctx.sharing_single[i])
+        return [(tuple((p, rc, a) for rc, a in g.resources), (p,)) for p in provs]
+    per_rc: list[list[int]] = []
+    for rc, _ in g.resources:
+        sharing = [s for s in ctx.sharing_entry[i][rc] if not m.bad_anchor[t]]
+        provs = _served(ctx, t, members, m.entry[rc], sharing)
+        if not provs:
+            return []
+        per_rc.append(provs)
+    out: list[_Choice] = []
+    traits = ctx.index.traits
+    for combo in itertools.product(*per_rc):
+        if g.required:
+            have = frozenset().union(*(traits[p] for p in set(combo)))
+            if not all(have.intersection(anyof) for anyof in g.required):
+                continue
+        items = tuple((p, rc, a) for p, (rc, a) in zip(combo, g.resources, strict=True))
+        out.append((items, tuple(sorted(set(combo)))))
+    return out
+
+
+def _merge(ctx: _Context, combo: Sequence[_Choice]) -> Candidate | None:
+    req = ctx.request
+    if req.group_policy is GroupPolicy.ISOLATE:
+        granular = [provs[0] for g, (_, provs) in zip(ctx.groups, combo, strict=True)
+                    if g.granular]
+        if len(set(granular)) != len(granular):
+            return None
+    mappings = {g.suffix: provs for g, (_, provs) in zip(ctx.groups, combo, strict=True)}
+    for suffixes in req.same_subtree:
+        if not _same_subtree(ctx.index, {p for s in suffixes for p in mappings.get(s, ())}):
+            return None
+    totals: dict[tuple[int, str], int] = {}
+    for items, _ in combo:
+        for p, rc, a in items:
+            totals[(p, rc)] = totals.get((p, rc), 0) + a
+    if not req.nested_aware and not _one_per_tree(ctx.index, totals):
+        return None
+    rcs: list[str] = []
+    free_after: list[float] = []
+    caps: list[float] = []
+    for (p, rc), amount in totals.items():
+        col = ctx.index.rc_columns(rc)
+        assert col is not None
+        cap, used = int(col.capacity[p]), int(col.used[p])
+        if used + amount > cap or amount > int(col.max_unit[p]):
+            return None
+        rcs.append(rc)
+        free_after.append(float(cap - used - amount))
+        caps.append(float(cap))
+    score = ctx.scorer.items(rcs, free_after, caps)
+    items_sorted = tuple(sorted((p, rc, a) for (p, rc), a in totals.items()))
+    maps = tuple(sorted(mappings.items()))
+    uuids = ctx.index.uuids
+    key = _random_key(ctx) or tuple(uuids[p] for _, provs in maps for p in
+                                    sorted(provs, key=lambda q: uuids[q]))
+    return Candidate(items=items_sorted, mappings=maps, score=score, key=key)
+
+
+def _same_subtree(index: ProviderIndex, providers: set[int]) -> bool:
+    """One of `providers` is an ancestor-or-self of all the others."""
+    if len(providers) <= 1:
+        return True
+    common: set[int] | None = None
+    for p in providers:
+        chain = set(index.ancestors(p))
+        common = chain if common is None else common & chain
+    return bool(common and common & providers)
+
+
+def _one_per_tree(index: ProviderIndex, totals: dict[tuple[int, str], int]) -> bool:
+    provs = {p for p, _ in totals}
+    return len({int(index.root[p]) for p in provs}) == len(provs)
+
+
+# -- ranking -----------------------------------------------------------------
+
+def _dedupe(cands: Iterator[Candidate] | list[Candidate]) -> list[Candidate]:
+    seen: dict[object, Candidate] = {}
+    for c in cands:
+        seen.setdefault(c.identity, c)
+    return list(seen.values())
+
+
+def _ranked_with_limit(ctx: _Context, simple: npt.NDArray[np.int64], simple_scores: FloatArray,
+                       viable: npt.NDArray[np.int64], bounds: FloatArray,
+                       k: int) -> list[Candidate]:
+    best = _top_simple(ctx, simple, simple_scores, k)
+    order = np.argsort(-bounds, kind="stable")
+    pool: dict[object, Candidate] = {c.identity: c for c in best}
+    ranked = sorted(pool.values(), key=Candidate.sort_key)
+    for j in order.tolist():
+        if len(ranked) >= k and bounds[j] + EPS < ranked[k - 1].score:
+            break  # no candidate of this or any later tree can enter the top k
+        added = False
+        for c in _enumerate_tree(ctx, int(viable[j])):
+            if c.identity not in pool:
+                pool[c.identity] = c
+                added = True
+            if 0 <= ctx.max_candidates <= len(pool):
+                break
+        if added:
+            ranked = sorted(pool.values(), key=Candidate.sort_key)[: max(k, 1) * 4]
+            pool = {c.identity: c for c in ranked}
+        if 0 <= ctx.max_candidates <= len(pool):
+            break
+    return sorted(pool.values(), key=Candidate.sort_key)[:k]
+
+
+def _cap(ctx: _Context, cands: list[Candidate]) -> list[Candidate]:
+    if ctx.max_candidates >= 0:
+        return cands[: ctx.max_candidates]
+    return cands

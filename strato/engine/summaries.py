@@ -1,0 +1,62 @@
+"""Provider summaries: capacity, usage, traits and tree of the providers in
+the trees that the chosen candidates use (Placement's `provider_summaries`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from strato.engine.candidates import Candidate
+from strato.engine.index import ProviderIndex
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSummary:
+    capacity: int
+    used: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSummary:
+    uuid: str
+    parent_uuid: str | None
+    root_uuid: str
+    resources: dict[str, ResourceSummary]
+    traits: tuple[str, ...]
+
+
+def summarize(index: ProviderIndex, candidates: Sequence[Candidate], *,
+              nested_aware: bool = True) -> list[ProviderSummary]:
+    """Every provider of every tree a candidate takes resources from.
+
+    Before microversion 1.29 (`nested_aware=False`) only the providers the
+    candidates actually use are listed.
+    """
+    used = {p for c in candidates for p, _, _ in c.items}
+    if not used:
+        return []
+    if nested_aware:
+        roots = sorted({int(index.root[p]) for p in used})
+        positions = np.concatenate([index.tree_members(r) for r in roots])
+    else:
+        positions = np.asarray(sorted(used), dtype=np.int64)
+    per_rc = []
+    for name, col in sorted(index.rc.items()):
+        has = col.has[positions]
+        if has.any():
+            per_rc.append((name, has, col.capacity[positions], col.used[positions]))
+    out: list[ProviderSummary] = []
+    for j, p in enumerate(positions.tolist()):
+        resources = {name: ResourceSummary(int(cap[j]), int(usd[j]))
+                     for name, has, cap, usd in per_rc if has[j]}
+        parent = int(index.parent[p])
+        out.append(ProviderSummary(
+            uuid=index.uuids[p],
+            parent_uuid=index.uuids[parent] if parent >= 0 else None,
+            root_uuid=index.uuids[int(index.root[p])],
+            resources=resources,
+            traits=tuple(sorted(index.traits[p])),
+        ))
+    return out

@@ -1,0 +1,78 @@
+"""Errors that cross layers: raised by the store and engine, rendered by the api.
+
+Each carries an HTTP status, a stable machine code (Placement's codes where
+Placement has one) and a human detail that names the problem.
+"""
+
+from __future__ import annotations
+
+# Placement's stable codes (never change a value once published).
+DEFAULT = "placement.undefined_code"
+INVENTORY_INUSE = "placement.inventory.inuse"
+CONCURRENT_UPDATE = "placement.concurrent_update"
+DUPLICATE_NAME = "placement.duplicate_name"
+PROVIDER_IN_USE = "placement.resource_provider.inuse"
+PROVIDER_CANNOT_DELETE_PARENT = "placement.resource_provider.cannot_delete_parent"
+RESOURCE_PROVIDER_NOT_FOUND = "placement.resource_provider.not_found"
+ILLEGAL_DUPLICATE_QUERYPARAM = "placement.query.duplicate_key"
+QUERYPARAM_BAD_VALUE = "placement.query.bad_value"
+QUERYPARAM_MISSING_VALUE = "placement.query.missing_value"
+
+
+class StratoError(Exception):
+    """Base of every error that becomes an HTTP answer."""
+
+    status = 500
+    title = "Internal Server Error"
+
+    def __init__(self, detail: str, code: str = DEFAULT) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.code = code
+
+
+class BadRequest(StratoError):
+    status = 400
+    title = "Bad Request"
+
+
+class Forbidden(StratoError):
+    status = 403
+    title = "Forbidden"
+
+
+class NotFound(StratoError):
+    status = 404
+    title = "Not Found"
+
+
+class MethodNotAllowed(StratoError):
+    status = 405
+    title = "Method Not Allowed"
+
+
+class NotAcceptable(StratoError):
+    status = 406
+    title = "Not Acceptable"
+
+
+class Conflict(StratoError):
+    status = 409
+    title = "Conflict"
+
+
+class PayloadTooLarge(StratoError):
+    status = 413
+    title = "Request Entity Too Large"
+
+
+class UnsupportedMediaType(StratoError):
+    status = 415
+    title = "Unsupported Media Type"
+
+
+class ConcurrentUpdate(Conflict):
+    """A write named a generation that is no longer current."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, CONCURRENT_UPDATE)

@@ -1,0 +1,431 @@
+"""Allocations, and `claim`: the one write path for every allocation in Strato.
+
+The Placement API (PUT/POST/DELETE allocations, reshaper), the scheduler's
+schedule-and-claim and the zone tree's cross-zone claims all go through
+`claim`. It runs inside the caller's write transaction and either applies
+every consumer's allocations or raises and changes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Connection, Engine
+
+from strato.model import errors
+from strato.model.inventory import Inventory, amount_problem
+from strato.store import changes
+from strato.store.db import lock_providers
+from strato.store.resource_classes import ids_by_name
+from strato.store.schema import (
+    allocations,
+    consumer_types,
+    consumers,
+    inventories,
+    projects,
+    resource_classes,
+    resource_providers,
+    users,
+)
+from strato.store.util import get_or_create_id, utcnow
+
+
+class _AnyGeneration:
+    def __repr__(self) -> str:
+        return "ANY_GENERATION"
+
+
+# The consumer generation check is skipped (Placement microversions < 1.28).
+ANY_GENERATION: Final = _AnyGeneration()
+# Placement's default for consumers written before project/user were required.
+INCOMPLETE_CONSUMER_PROJECT = "00000000-0000-0000-0000-000000000000"
+INCOMPLETE_CONSUMER_USER = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerClaim:
+    """The complete new allocations of one consumer (empty: remove them all)."""
+
+    consumer_uuid: str
+    allocations: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    project_id: str | None = None
+    user_id: str | None = None
+    consumer_type: str | None = None
+    # The consumer generation the writer read. None: the consumer must not
+    # exist yet. ANY_GENERATION: do not check.
+    generation: int | _AnyGeneration | None = ANY_GENERATION
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    # consumer uuid -> its generation after the write (None: consumer removed)
+    generations: dict[str, int | None]
+    touched_providers: tuple[str, ...]
+    change_seq: int
+
+
+# The claim path's statements, built once: constructing SQLAlchemy statements
+# per call was most of a claim's CPU. Lists bind as expanding parameters.
+_rp = resource_providers
+_OLD_IDS = sa.select(allocations.c.resource_provider_id).where(
+    allocations.c.consumer_id.in_(sa.bindparam("consumers", expanding=True)))
+_AFFECTED = sa.select(_rp.c.id, _rp.c.uuid, _rp.c.generation).where(
+    sa.or_(_rp.c.uuid.in_(sa.bindparam("uuids", expanding=True)), _rp.c.id.in_(_OLD_IDS)))
+_RELOCKED = sa.select(_rp.c.id, _rp.c.uuid).where(
+    sa.or_(_rp.c.id.in_(sa.bindparam("ids", expanding=True)), _rp.c.id.in_(_OLD_IDS)))
+_CONSUMERS = sa.select(consumers.c.uuid, consumers.c.id, consumers.c.generation).where(
+    consumers.c.uuid.in_(sa.bindparam("consumers", expanding=True)))
+_DELETE_OLD = sa.delete(allocations).where(
+    allocations.c.consumer_id.in_(sa.bindparam("consumers", expanding=True)))
+_BUMP = sa.update(_rp).where(_rp.c.id.in_(sa.bindparam("ids", expanding=True))).values(
+    generation=_rp.c.generation + 1)
+_INSERT = sa.insert(allocations)
+_OTHERS_USED = (
+    sa.select(sa.func.coalesce(sa.func.sum(allocations.c.used), 0))
+    .where(allocations.c.resource_provider_id == inventories.c.resource_provider_id,
+           allocations.c.resource_class_id == inventories.c.resource_class_id,
+           allocations.c.consumer_id.not_in(sa.bindparam("consumers", expanding=True)))
+    .scalar_subquery())
+_INVENTORY_AND_USE = sa.select(
+    inventories.c.resource_provider_id, inventories.c.resource_class_id, inventories.c.total,
+    inventories.c.reserved, inventories.c.min_unit, inventories.c.max_unit,
+    inventories.c.step_size, inventories.c.allocation_ratio, _OTHERS_USED,
+).where(inventories.c.resource_provider_id.in_(sa.bindparam("ids", expanding=True)))
+
+
+def claim(conn: Connection, claims: Sequence[ConsumerClaim]) -> ClaimResult:
+    """Replace the allocations of every consumer in `claims`, atomically.
+
+    Checks, inside the caller's write transaction: consumer generations,
+    providers and classes exist, min_unit/max_unit/step_size, and capacity
+    ((total - reserved) * allocation_ratio) against everyone else's usage.
+    Every provider whose usage changes gets its generation bumped. Any failure
+    raises a StratoError; the caller's transaction then rolls back.
+    """
+    consumer_uuids = [c.consumer_uuid for c in claims]
+    if len(set(consumer_uuids)) != len(consumer_uuids):
+        raise errors.BadRequest("a consumer appears more than once in one write")
+
+    rc_names = {rc for c in claims for per_rp in c.allocations.values() for rc in per_rp}
+    rc_ids = ids_by_name(conn, rc_names)
+
+    # Providers named by the new allocations, and those the old ones used:
+    # one query for both.
+    new_rp_uuids = {u for c in claims for u in c.allocations}
+    rows = conn.execute(_AFFECTED, {"uuids": sorted(new_rp_uuids),
+                                    "consumers": consumer_uuids}).all()
+    named = {str(r[1]): int(r[0]) for r in rows if r[1] in new_rp_uuids}
+    missing = sorted(new_rp_uuids - named.keys())
+    if missing:
+        raise errors.BadRequest(
+            f"Allocation for resource provider '{missing[0]}' that does not exist.")
+    affected_ids = sorted({int(r[0]) for r in rows})
+    uuid_of: dict[int, str] = {int(r[0]): str(r[1]) for r in rows}
+    if conn.dialect.name != "sqlite":
+        lock_providers(conn, affected_ids)
+        # The set of old allocations may have moved before the locks: re-read.
+        locked = conn.execute(_RELOCKED, {"ids": affected_ids,
+                                          "consumers": consumer_uuids}).all()
+        affected_ids = sorted({int(r[0]) for r in locked})
+        uuid_of = {int(r[0]): str(r[1]) for r in locked}
+        lock_providers(conn, affected_ids)
+
+    existing = _check_consumer_generations(conn, claims)
+
+    # New demand per (provider id, class id), checked against inventories.
+    demand: dict[tuple[int, int], int] = defaultdict(int)
+    rows_to_insert: list[dict[str, object]] = []
+    now = utcnow()
+    for c in claims:
+        for rp_uuid, per_rc in c.allocations.items():
+            rp_id = named[rp_uuid]
+            for rc_name, amount in per_rc.items():
+                if not isinstance(amount, int) or amount < 1:
+                    raise errors.BadRequest(
+                        f"allocation of {rc_name} on resource provider {rp_uuid} must be a "
+                        f"positive integer, got {amount!r}")
+                demand[(rp_id, rc_ids[rc_name])] += amount
+                rows_to_insert.append({
+                    "resource_provider_id": rp_id, "consumer_id": c.consumer_uuid,
+                    "resource_class_id": rc_ids[rc_name], "used": amount,
+                    "created_at": now, "updated_at": now})
+    if demand:
+        _check_capacity(conn, claims, demand, rows_to_insert, consumer_uuids, uuid_of, rc_ids)
+
+    conn.execute(_DELETE_OLD, {"consumers": consumer_uuids})
+    if rows_to_insert:
+        conn.execute(_INSERT, rows_to_insert)
+    # Every affected provider is locked (PostgreSQL) or the database is
+    # (SQLite): one statement bumps them all.
+    res = conn.execute(_BUMP, {"ids": affected_ids})
+    if res.rowcount != len(affected_ids):
+        raise errors.ConcurrentUpdate("a resource provider changed concurrently; retry")
+
+    generations = _write_consumers(conn, claims, existing)
+    touched = tuple(sorted(uuid_of[i] for i in affected_ids))
+    seq = changes.record(conn, "allocation", touched)
+    return ClaimResult(generations=generations, touched_providers=touched, change_seq=seq)
+
+
+def _check_consumer_generations(
+    conn: Connection, claims: Sequence[ConsumerClaim]
+) -> dict[str, tuple[int, int]]:
+    """Existing consumers as uuid -> (id, generation), after checking generations."""
+    rows = conn.execute(_CONSUMERS, {"consumers": [c.consumer_uuid for c in claims]}).all()
+    existing = {r[0]: (int(r[1]), int(r[2])) for r in rows}
+    for c in claims:
+        if isinstance(c.generation, _AnyGeneration):
+            continue
+        have = existing.get(c.consumer_uuid)
+        stored = None if have is None else have[1]
+        if c.generation != stored:
+            # Placement's wording, which clients match on: "expected" is the
+            # stored generation (null: no such consumer), "got" the request's.
+            shown = "null" if stored is None else str(stored)
+            raise errors.ConcurrentUpdate(
+                f"consumer generation conflict - expected {shown} but got {c.generation} "
+                f"(consumer {c.consumer_uuid})")
+    return existing
+
+
+def _check_capacity(
+    conn: Connection,
+    claims: Sequence[ConsumerClaim],
+    demand: Mapping[tuple[int, int], int],
+    rows: Sequence[Mapping[str, object]],
+    consumer_uuids: Sequence[str],
+    uuid_of: Mapping[int, str],
+    rc_ids: Mapping[str, int],
+) -> None:
+    rp_ids = sorted({k[0] for k in demand})
+    rc_name = {v: k for k, v in rc_ids.items()}
+    # Usage by everyone except the consumers being rewritten, per inventory row.
+    invs: dict[tuple[int, int], Inventory] = {}
+    used: dict[tuple[int, int], int] = {}
+    for r in conn.execute(_INVENTORY_AND_USE, {"ids": rp_ids,
+                                               "consumers": list(consumer_uuids)}):
+        key = (int(r[0]), int(r[1]))
+        invs[key] = Inventory(
+            resource_class=rc_name.get(key[1], str(key[1])), total=r[2], reserved=r[3],
+            min_unit=r[4], max_unit=r[5], step_size=r[6], allocation_ratio=r[7])
+        used[key] = int(r[8])
+    for row in rows:
+        key = (int(row["resource_provider_id"]), int(row["resource_class_id"]))  # type: ignore[call-overload]
+        inv = invs.get(key)
+        name = rc_name[key[1]]
+        if inv is None:
+            raise errors.Conflict(
+                f"Unable to allocate inventory: Inventory for '{name}' on resource provider "
+                f"'{uuid_of[key[0]]}' invalid.")
+        problem = amount_problem(inv, int(row["used"]))  # type: ignore[call-overload]
+        if problem:
+            # Placement treats this as an allocation that does not fit the
+            # inventory (InvalidAllocationConstraintsViolated): 409, not 400.
+            raise errors.Conflict(
+                f"Unable to allocate inventory: Allocation of {name} on resource provider "
+                f"'{uuid_of[key[0]]}' violates min_unit, max_unit, or step_size: {problem}")
+    for key, amount in demand.items():
+        inv = invs[key]
+        have = used.get(key, 0)
+        if have + amount > inv.capacity:
+            raise errors.Conflict(
+                f"Unable to allocate inventory: Unable to create allocation for "
+                f"'{inv.resource_class}' on resource provider '{uuid_of[key[0]]}'. The "
+                f"requested amount would exceed the capacity ({amount} requested, "
+                f"{have} used of {inv.capacity}).")
+
+
+# Projects, users and consumer types are never renamed or deleted, so once
+# committed their ids can be remembered per database (keyed by the engine).
+_NAME_IDS: weakref.WeakKeyDictionary[Engine, dict[tuple[str, str], int]] = (
+    weakref.WeakKeyDictionary())
+_NAME_IDS_LOCK = threading.Lock()
+
+
+def _name_id(conn: Connection, table: sa.Table, column: str, value: str,
+             fresh: set[tuple[str, str]]) -> int:
+    """Id of a project/user/type name, creating it if new. `fresh` collects the
+    names this transaction created: they are not remembered (it may roll back)."""
+    key = (table.name, value)
+    with _NAME_IDS_LOCK:
+        found = _NAME_IDS.setdefault(conn.engine, {}).get(key)
+    if found is not None:
+        return found
+    col = table.c[column]
+    committed = conn.execute(sa.select(table.c.id).where(col == value)).scalar()
+    if committed is None or key in fresh:
+        fresh.add(key)
+        return committed if committed is not None else get_or_create_id(
+            conn, table, column, value)
+    with _NAME_IDS_LOCK:
+        _NAME_IDS.setdefault(conn.engine, {})[key] = int(committed)
+    return int(committed)
+
+
+def _write_consumers(
+    conn: Connection, claims: Sequence[ConsumerClaim], existing: Mapping[str, tuple[int, int]]
+) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    fresh: set[tuple[str, str]] = set()
+    now = utcnow()
+    for c in claims:
+        have = existing.get(c.consumer_uuid)
+        if not c.allocations:
+            # A consumer with no allocations is no longer recorded (as in Placement).
+            if have is not None:
+                conn.execute(sa.delete(consumers).where(consumers.c.id == have[0]))
+            out[c.consumer_uuid] = None
+            continue
+        values: dict[str, object] = {"updated_at": now}
+        if c.project_id is not None or have is None:
+            values["project_id"] = _name_id(
+                conn, projects, "external_id", c.project_id or INCOMPLETE_CONSUMER_PROJECT,
+                fresh)
+        if c.user_id is not None or have is None:
+            values["user_id"] = _name_id(
+                conn, users, "external_id", c.user_id or INCOMPLETE_CONSUMER_USER, fresh)
+        if c.consumer_type is not None:
+            values["consumer_type_id"] = _name_id(conn, consumer_types, "name",
+                                                  c.consumer_type, fresh)
+        if have is None:
+            row = {"uuid": c.consumer_uuid, "generation": 1, "created_at": now, **values}
+            if conn.dialect.name == "sqlite":
+                # Writers are serialised and the consumer was just read as absent.
+                conn.execute(sa.insert(consumers).values(**row))
+            else:
+                created = conn.execute(
+                    postgresql.insert(consumers).values(**row)
+                    .on_conflict_do_nothing(index_elements=["uuid"])
+                    .returning(consumers.c.id)).first()
+                if created is None:
+                    raise errors.ConcurrentUpdate(
+                        f"consumer generation conflict - consumer {c.consumer_uuid} was "
+                        "created concurrently; retry")
+            out[c.consumer_uuid] = 1
+        else:
+            res = conn.execute(
+                sa.update(consumers)
+                .where(consumers.c.id == have[0], consumers.c.generation == have[1])
+                .values(generation=have[1] + 1, **values))
+            if res.rowcount != 1:
+                raise errors.ConcurrentUpdate(
+                    f"consumer generation conflict - consumer {c.consumer_uuid} changed "
+                    "concurrently; retry")
+            out[c.consumer_uuid] = have[1] + 1
+    return out
+
+
+# --- Reads -----------------------------------------------------------------
+
+DEFAULT_CONSUMER_TYPE = "unknown"  # Placement's name for "no consumer type recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderShare:
+    """What one consumer holds on one provider."""
+
+    generation: int  # the provider's generation
+    resources: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerAllocations:
+    """A consumer's allocations keyed by provider uuid, with who owns them."""
+
+    consumer_uuid: str
+    allocations: dict[str, ProviderShare]
+    project_id: str | None
+    user_id: str | None
+    generation: int | None
+    consumer_type: str | None
+    last_modified: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerShare:
+    """What one consumer holds on the provider being listed."""
+
+    generation: int | None  # the consumer's generation
+    resources: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderAllocations:
+    allocations: dict[str, ConsumerShare]
+    last_modified: datetime | None
+
+
+def get_consumer_allocations(conn: Connection, consumer_uuid: str) -> ConsumerAllocations:
+    """Everything `consumer_uuid` holds; empty allocations if it holds nothing."""
+    a, rp, c = allocations, resource_providers, consumers
+    rows = conn.execute(
+        sa.select(rp.c.uuid, rp.c.generation, resource_classes.c.name, a.c.used,
+                  a.c.created_at, c.c.generation.label("consumer_generation"),
+                  projects.c.external_id.label("project"),
+                  users.c.external_id.label("user"),
+                  consumer_types.c.name.label("consumer_type"))
+        .select_from(
+            a.join(rp, rp.c.id == a.c.resource_provider_id)
+            .join(resource_classes, resource_classes.c.id == a.c.resource_class_id)
+            .outerjoin(c, c.c.uuid == a.c.consumer_id)
+            .outerjoin(projects, projects.c.id == c.c.project_id)
+            .outerjoin(users, users.c.id == c.c.user_id)
+            .outerjoin(consumer_types, consumer_types.c.id == c.c.consumer_type_id))
+        .where(a.c.consumer_id == consumer_uuid)
+        .order_by(a.c.id)
+    ).all()
+    shares: dict[str, ProviderShare] = {}
+    for r in rows:
+        share = shares.setdefault(r.uuid, ProviderShare(generation=r.generation, resources={}))
+        share.resources[r.name] = int(r.used)
+    first = rows[0] if rows else None
+    return ConsumerAllocations(
+        consumer_uuid=consumer_uuid,
+        allocations=shares,
+        # Allocations written without a consumer record belong to Placement's
+        # "incomplete consumer" project and user.
+        project_id=(first.project or INCOMPLETE_CONSUMER_PROJECT) if first else None,
+        user_id=(first.user or INCOMPLETE_CONSUMER_USER) if first else None,
+        generation=(first.consumer_generation or 0) if first else None,
+        consumer_type=(first.consumer_type or DEFAULT_CONSUMER_TYPE) if first else None,
+        last_modified=max((r.created_at for r in rows if r.created_at), default=None),
+    )
+
+
+def get_provider_allocations(conn: Connection, provider_id: int) -> ProviderAllocations:
+    """Every consumer's allocations on one provider, keyed by consumer uuid."""
+    a, c = allocations, consumers
+    rows = conn.execute(
+        sa.select(a.c.consumer_id, resource_classes.c.name, a.c.used, a.c.created_at,
+                  c.c.generation)
+        .select_from(
+            a.join(resource_classes, resource_classes.c.id == a.c.resource_class_id)
+            .outerjoin(c, c.c.uuid == a.c.consumer_id))
+        .where(a.c.resource_provider_id == provider_id)
+        .order_by(a.c.id)
+    ).all()
+    out: dict[str, ConsumerShare] = {}
+    for r in rows:
+        share = out.setdefault(r.consumer_id, ConsumerShare(
+            generation=r.generation if r.generation is not None else 0, resources={}))
+        share.resources[r.name] = int(r.used)
+    return ProviderAllocations(
+        allocations=out,
+        last_modified=max((r.created_at for r in rows if r.created_at), default=None))
+
+
+def provider_ids_of_consumers(conn: Connection, consumer_uuids: Sequence[str]) -> set[int]:
+    """Ids of the providers on which these consumers hold anything now."""
+    if not consumer_uuids:
+        return set()
+    return set(conn.execute(
+        sa.select(allocations.c.resource_provider_id).distinct()
+        .where(allocations.c.consumer_id.in_(list(consumer_uuids)))).scalars())

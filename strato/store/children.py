@@ -1,0 +1,64 @@
+"""The children of this zone: name, URL, static metadata and the credential to call them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from strato.model import errors
+from strato.store.schema import children
+from strato.store.util import utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class Child:
+    name: str
+    url: str
+    location_prefix: str | None
+    tags: tuple[str, ...]
+    credential: str | None
+
+
+def _child(r: sa.Row[tuple[object, ...]]) -> Child:
+    m = r._mapping
+    return Child(name=m["name"], url=m["url"], location_prefix=m["location_prefix"],
+                 tags=tuple(json.loads(m["tags"] or "[]")), credential=m["credential"])
+
+
+def list_children(conn: Connection) -> list[Child]:
+    return [_child(r) for r in conn.execute(sa.select(children).order_by(children.c.name))]
+
+
+def get_child(conn: Connection, name: str) -> Child:
+    r = conn.execute(sa.select(children).where(children.c.name == name)).first()
+    if r is None:
+        raise errors.NotFound(f"No child zone named {name!r}")
+    return _child(r)
+
+
+def upsert_child(conn: Connection, name: str, url: str, location_prefix: str | None,
+                 tags: Iterable[str], credential: str | None) -> tuple[Child, bool]:
+    """Create or update a child; returns (child, created)."""
+    existed = conn.execute(sa.select(children.c.name).where(children.c.name == name)
+                           ).first() is not None
+    now = utcnow()
+    row = {"name": name, "url": url, "location_prefix": location_prefix,
+           "tags": json.dumps(sorted(set(tags))), "credential": credential,
+           "updated_at": now}
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(children).values(**row, created_at=now)
+    conn.execute(stmt.on_conflict_do_update(
+        index_elements=[children.c.name],
+        set_={k: stmt.excluded[k] for k in row if k != "name"}))
+    return get_child(conn, name), not existed
+
+
+def delete_child(conn: Connection, name: str) -> None:
+    res = conn.execute(sa.delete(children).where(children.c.name == name))
+    if res.rowcount == 0:
+        raise errors.NotFound(f"No child zone named {name!r}")

@@ -1,0 +1,196 @@
+"""Connections and transactions for SQLite (embedded default) and PostgreSQL.
+
+Two kinds of transaction:
+
+* ``read()``: a plain snapshot for answering GETs;
+* ``write()``: takes the write lock up front. On SQLite that is
+  ``BEGIN IMMEDIATE`` (one writer at a time, no lock upgrades that deadlock);
+  on PostgreSQL writers lock the provider rows they touch with
+  ``SELECT ... FOR UPDATE`` in id order (see ``lock_providers``), so claims on
+  different providers proceed in parallel and claims on the same provider
+  queue rather than fail.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+_WRITE = "strato_write"
+
+
+def default_sqlite_url(data_dir: str | os.PathLike[str] | None = None) -> str:
+    base = Path(data_dir) if data_dir else _default_data_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{base / 'strato.db'}"
+
+
+def _default_data_dir() -> Path:
+    env = os.environ.get("STRATO_DATA_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
+    return Path(xdg) / "strato"
+
+
+class Database:
+    """One zone's database: an engine plus read/write transaction helpers."""
+
+    def __init__(self, url: str, *, sqlite_synchronous: str = "FULL", echo: bool = False):
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {"echo": echo, "future": True}
+        if self.is_sqlite:
+            kwargs["connect_args"] = {"timeout": 60, "check_same_thread": False}
+            if ":memory:" in url or url in ("sqlite://", "sqlite:///"):
+                kwargs["poolclass"] = sa.pool.StaticPool
+        else:
+            kwargs["pool_size"] = 20
+            kwargs["max_overflow"] = 20
+            kwargs["pool_pre_ping"] = True
+        self.engine: Engine = sa.create_engine(url, **kwargs)
+        if self.is_sqlite:
+            self._setup_sqlite(sqlite_synchronous)
+        # Serialises SQLite writers inside this process so that they queue on a
+        # cheap lock instead of spinning on SQLITE_BUSY.
+        self._sqlite_write_lock = threading.Lock()
+        self._batcher = _Batcher(self)
+
+    def _setup_sqlite(self, synchronous: str) -> None:
+        @sa.event.listens_for(self.engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Let SQLAlchemy's "begin" event issue BEGIN itself (pysqlite's own
+            # transaction handling would defer it and break IMMEDIATE).
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={synchronous}")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=60000")
+            cur.close()
+
+        @sa.event.listens_for(self.engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            if conn.get_execution_options().get(_WRITE):
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                conn.exec_driver_sql("BEGIN")
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        if self.is_sqlite:
+            with self._sqlite_write_lock, self.engine.connect() as conn:
+                conn.execution_options(**{_WRITE: True})
+                with conn.begin():
+                    yield conn
+        else:
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+
+    def batched(self, job: Callable[[Connection], T]) -> T:
+        """Run `job` in a write transaction, grouped with concurrent callers' jobs.
+
+        Group commit: on SQLite every commit is an fsync, so concurrent claims
+        share one transaction, each job inside its own savepoint (a job that
+        raises is rolled back alone and its caller gets the exception). On
+        PostgreSQL, which groups commits itself, this is a plain write().
+        """
+        if not self.is_sqlite:
+            with self.write() as conn:
+                return job(conn)
+        return self._batcher.run(job)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Slot:
+    job: Callable[[Connection], Any]
+    done: bool = False
+    result: Any = None
+    error: BaseException | None = None
+
+
+class _Batcher:
+    """Leader/follower group commit: whoever finds no batch running runs all waiting jobs."""
+
+    # Bound the time a batch holds the write lock.
+    MAX_BATCH = 64
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._cv = threading.Condition()
+        self._pending: list[_Slot] = []
+        self._running = False
+
+    def run(self, job: Callable[[Connection], T]) -> T:
+        slot = _Slot(job)
+        with self._cv:
+            self._pending.append(slot)
+            while self._running and not slot.done:
+                self._cv.wait()
+            if not slot.done:
+                self._running = True
+                batch, self._pending = (self._pending[: self.MAX_BATCH],
+                                        self._pending[self.MAX_BATCH:])
+        if not slot.done:
+            try:
+                self._execute(batch)
+            finally:
+                with self._cv:
+                    self._running = False
+                    self._cv.notify_all()
+        if slot.error is not None:
+            raise slot.error
+        result: T = slot.result
+        return result
+
+    def _execute(self, batch: list[_Slot]) -> None:
+        try:
+            with self._db.write() as conn:
+                for s in batch:
+                    try:
+                        with conn.begin_nested():
+                            s.result = s.job(conn)
+                    except Exception as exc:  # this job only; the others go on
+                        s.error = exc
+        except Exception as exc:  # the commit itself failed: nobody's job stands
+            for s in batch:
+                if s.error is None:
+                    s.error = exc
+        for s in batch:
+            s.done = True
+
+
+def lock_providers(conn: Connection, provider_ids: list[int]) -> None:
+    """Take row locks on providers (PostgreSQL) in id order, so writers never deadlock.
+
+    On SQLite the whole write transaction already holds the database lock.
+    """
+    if not provider_ids or conn.dialect.name == "sqlite":
+        return
+    from strato.store.schema import resource_providers as rp
+
+    conn.execute(
+        sa.select(rp.c.id)
+        .where(rp.c.id.in_(sorted(set(provider_ids))))
+        .order_by(rp.c.id)
+        .with_for_update()
+    ).all()

@@ -1,0 +1,118 @@
+"""Provisional claims: the allocations of a cross-zone placement, held until confirmed.
+
+A placement that spans zones (compute in a cell, disk from a pool at the
+parent) is made atomic with a small two-phase protocol:
+
+* each part is claimed *held*: real allocations (they count against
+  capacity) plus a row here with an expiry;
+* the coordinating zone (the parent) marks its own part *committing*, with
+  the remote parts it must confirm — the decision, durable;
+* it confirms every remote part (the owner deletes its row: the allocations
+  become permanent), then deletes its own row.
+
+A held part whose expiry passes is released by the owner's reaper (its
+allocations deleted). A committing part is never reaped by time: recovery
+confirms its remote parts, or, if a remote part had already expired,
+releases the local one. So a crash at any step leaves no orphan (after the
+expiry) and no double allocation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from strato.store.allocations import ConsumerClaim, claim
+from strato.store.schema import allocations, provisional_claims
+from strato.store.util import utcnow
+
+HELD = "held"
+COMMITTING = "committing"
+pc = provisional_claims
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    consumer_uuid: str
+    state: str
+    remote: list[dict[str, Any]]
+
+
+def hold(conn: Connection, consumers: Iterable[str], ttl: float) -> None:
+    """Mark freshly claimed consumers as held for `ttl` seconds (same transaction)."""
+    now = utcnow()
+    expires = now + timedelta(seconds=ttl)
+    conn.execute(sa.insert(pc), [
+        {"consumer_uuid": c, "state": HELD, "expires_at": expires, "remote": "[]",
+         "created_at": now} for c in consumers])
+
+
+def mark_committing(conn: Connection, consumers: Sequence[str],
+                    remote: list[dict[str, Any]]) -> bool:
+    """The coordinator's decision. False if a part was already released."""
+    res = conn.execute(sa.update(pc).where(pc.c.consumer_uuid.in_(consumers),
+                                           pc.c.state == HELD)
+                       .values(state=COMMITTING, remote=json.dumps(remote)))
+    return res.rowcount == len(consumers)
+
+
+def confirm(conn: Connection, consumers: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Make held parts permanent: (confirmed, gone). Idempotent: a consumer that is
+    already permanent (allocations, no row) counts as confirmed; one whose hold
+    expired counts as gone (and is released now if the reaper has not yet)."""
+    now = utcnow()
+    rows = {r.consumer_uuid: r for r in conn.execute(
+        sa.select(pc).where(pc.c.consumer_uuid.in_(consumers)))}
+    expired = [c for c, r in rows.items() if r.state == HELD and r.expires_at < now]
+    if expired:
+        _release(conn, expired)
+    live = [c for c, r in rows.items() if c not in expired]
+    if live:
+        conn.execute(sa.delete(pc).where(pc.c.consumer_uuid.in_(live)))
+    rest = [c for c in consumers if c not in rows]
+    permanent = set(conn.execute(
+        sa.select(allocations.c.consumer_id).where(allocations.c.consumer_id.in_(rest))
+        .distinct()).scalars()) if rest else set()
+    confirmed = live + [c for c in rest if c in permanent]
+    gone = expired + [c for c in rest if c not in permanent]
+    return confirmed, gone
+
+
+def release(conn: Connection, consumers: Sequence[str]) -> list[str]:
+    """Undo held parts (their allocations go). Permanent consumers are left alone."""
+    held = list(conn.execute(sa.select(pc.c.consumer_uuid).where(
+        pc.c.consumer_uuid.in_(consumers))).scalars())
+    if held:
+        _release(conn, held)
+    return held
+
+
+def _release(conn: Connection, consumers: Sequence[str]) -> None:
+    claim(conn, [ConsumerClaim(c, {}) for c in consumers])
+    conn.execute(sa.delete(pc).where(pc.c.consumer_uuid.in_(consumers)))
+
+
+def done(conn: Connection, consumers: Sequence[str]) -> None:
+    """The coordinator finished: its own part is permanent."""
+    conn.execute(sa.delete(pc).where(pc.c.consumer_uuid.in_(consumers)))
+
+
+def expired_held(conn: Connection) -> list[str]:
+    return list(conn.execute(sa.select(pc.c.consumer_uuid).where(
+        pc.c.state == HELD, pc.c.expires_at < utcnow())).scalars())
+
+
+def committing(conn: Connection) -> list[Pending]:
+    return [Pending(r.consumer_uuid, r.state, json.loads(r.remote or "[]"))
+            for r in conn.execute(sa.select(pc).where(pc.c.state == COMMITTING))]
+
+
+def all_pending(conn: Connection) -> list[Pending]:
+    return [Pending(r.consumer_uuid, r.state, json.loads(r.remote or "[]"))
+            for r in conn.execute(sa.select(pc))]

@@ -1,0 +1,50 @@
+"""Idempotency: the first answer to a schedule request, kept by request_id.
+
+A request id is reserved at the start of the claiming transaction and its
+answer written before commit, so two concurrent requests with one id cannot
+both claim: the second finds the reservation (on PostgreSQL it waits for the
+first to commit) and returns the first's answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from strato.store.schema import schedule_requests
+from strato.store.util import insert_ignore, utcnow
+
+_PENDING = 0
+
+
+def get_answer(conn: Connection, request_id: str) -> tuple[int, dict[str, Any]] | None:
+    """(status, body) of a finished request, None if unknown or still pending."""
+    row = conn.execute(
+        sa.select(schedule_requests.c.status, schedule_requests.c.response)
+        .where(schedule_requests.c.request_id == request_id)).first()
+    if row is None or int(row[0]) == _PENDING:
+        return None
+    return int(row[0]), orjson.loads(row[1])
+
+
+def reserve(conn: Connection, request_id: str) -> bool:
+    """Claim `request_id` for this transaction; False if another one has it."""
+    before = conn.execute(sa.select(schedule_requests.c.request_id)
+                          .where(schedule_requests.c.request_id == request_id)).first()
+    if before is not None:
+        return False
+    insert_ignore(conn, schedule_requests, [{
+        "request_id": request_id, "status": _PENDING, "response": "{}",
+        "created_at": utcnow()}])
+    mine = conn.execute(sa.select(schedule_requests.c.status)
+                        .where(schedule_requests.c.request_id == request_id)).scalar()
+    return mine == _PENDING
+
+
+def finish(conn: Connection, request_id: str, status: int, body: dict[str, Any]) -> None:
+    conn.execute(sa.update(schedule_requests)
+                 .where(schedule_requests.c.request_id == request_id)
+                 .values(status=status, response=orjson.dumps(body).decode()))

@@ -1,0 +1,1 @@
+"""strato.zone"""

@@ -1,0 +1,45 @@
+"""A child zone introduces itself to its parent, and keeps trying until it is heard."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from strato.config import Settings
+from strato.zone.transport import Transport, Unreachable
+
+log = logging.getLogger("strato.zone")
+
+
+async def register_with_parent(settings: Settings, transport: Transport, *,
+                               max_delay: float = 30.0) -> bool:
+    """POST this zone to {parent}/strato/v1/children until accepted.
+
+    Returns False (and stops) if the parent refuses for good (4xx): a parent
+    may refuse a child it does not trust.
+    """
+    assert settings.parent_url is not None
+    body = {"name": settings.zone_name, "url": settings.advertise_url,
+            "location_prefix": settings.location_prefix, "tags": list(settings.zone_tags),
+            "credential": settings.zone_credential or settings.auth_token or "admin"}
+    delay = 0.2
+    while True:
+        try:
+            reply = await transport.call(settings.parent_url, "POST", "/strato/v1/children",
+                                         token=settings.parent_token, json=body, timeout=5.0)
+        except Unreachable as exc:
+            log.warning("parent %s unreachable (%s); retrying in %.1fs", settings.parent_url,
+                        exc.why, delay)
+        else:
+            if reply.status in (200, 201):
+                log.info("registered with parent %s as %s", settings.parent_url,
+                         settings.zone_name)
+                return True
+            if 400 <= reply.status < 500:
+                log.error("parent %s refused this zone: %s %s", settings.parent_url,
+                          reply.status, reply.body)
+                return False
+            log.warning("parent answered %s; retrying", reply.status)
+        await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
+        delay = min(max_delay, delay * 2)

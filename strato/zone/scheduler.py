@@ -1,0 +1,485 @@
+"""Schedule and claim in one call, inside one zone.
+
+    request -> candidates (engine, with the zone's rules as masks)
+            -> assignment (solver: several instances, spread rules)
+            -> claim (store, one transaction) -> answer
+
+Soft rules are first enforced like hard ones ("perfect matches first"); when
+nothing fits they are dropped one at a time, lowest weight first, and the
+answer lists what was dropped. A claim that loses a race to another writer
+is retried on a fresh view, a bounded number of times. When nothing fits,
+the answer explains why, stage by stage.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy.engine import Connection
+
+from strato.engine import candidates as builder
+from strato.engine import explain as explainer
+from strato.engine.constraints import RuleMask, rule_masks
+from strato.engine.hosts import HostArrays, HostView
+from strato.engine.index import BoolArray, ProviderIndex
+from strato.engine.request import CandidateRequest, GroupPolicy, RequestGroup
+from strato.engine.service import Engine
+from strato.engine.solver import Assignment, Option, SpreadRule, solve
+from strato.engine.weighers import Scorer, WeigherConfig
+from strato.model import errors
+from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec
+from strato.store import groups as group_store
+from strato.store import provisional, schedule_requests
+from strato.store.allocations import ConsumerClaim, claim
+from strato.zone.summary import own_summary
+
+NO_VALID_PLACEMENT = "strato.no_valid_placement"
+MAX_CLAIM_RETRIES = 8
+# Candidates asked of the engine per instance, then widened when too few.
+CANDIDATES_PER_INSTANCE = 8
+MIN_CANDIDATES = 64
+
+
+class NoValidPlacement(errors.Conflict):
+    """Nothing fits; carries the explanation for the answer body."""
+
+    def __init__(self, detail: str, explain: dict[str, Any]) -> None:
+        super().__init__(detail, NO_VALID_PLACEMENT)
+        self.explain = explain
+
+
+class _LostRace(Exception):
+    """The claim's transaction refused what the snapshot offered: try again."""
+
+
+@dataclass(slots=True)
+class Plan:
+    """What the solver chose on one snapshot, ready to claim."""
+
+    options: list[Option]
+    assignment: Assignment
+    relaxed: list[RuleMask]
+    explain: dict[str, Any] | None
+    rows: dict[str, int] = field(default_factory=dict)
+
+
+class LocalScheduler:
+    """Schedules over one zone's own providers. Thread-safe."""
+
+    def __init__(self, engine: Engine, *, zone: str = "local",
+                 levels: tuple[str, ...] = DEFAULT_LEVELS,
+                 stale_after: float = 90.0, zone_tags: tuple[str, ...] = (),
+                 location_prefix: str | None = None) -> None:
+        self.engine = engine
+        self.db = engine.db
+        self.zone = zone
+        self.levels = levels
+        self.hosts = HostView(levels=levels, stale_after=stale_after, zone_tags=zone_tags,
+                              zone_location=(tuple(location_prefix.split("/"))
+                                             if location_prefix else None))
+        self._lock = threading.Lock()
+
+    # -- entry point -----------------------------------------------------------
+
+    def schedule(self, req: ScheduleRequest) -> dict[str, Any]:
+        """The answer body; raises NoValidPlacement or another StratoError."""
+        self._validate(req)
+        if req.request_id is not None:
+            with self.db.read() as conn:
+                found = schedule_requests.get_answer(conn, req.request_id)
+            if found is not None:
+                return self._replay(found)
+        retries = 0
+        while True:
+            plan = self._plan(req)
+            if req.dry_run:
+                return self._answer(req, plan, retries)
+            try:
+                return self._claim(req, plan, retries)
+            except _LostRace:
+                retries += 1
+                if retries > MAX_CLAIM_RETRIES:
+                    raise errors.Conflict(
+                        f"gave up after {retries} claims lost to concurrent writers; retry",
+                        errors.CONCURRENT_UPDATE) from None
+
+    def explain(self, req: ScheduleRequest) -> dict[str, Any]:
+        """A dry run that always explains (POST /strato/v1/explain)."""
+        dry = req.model_copy(update={"dry_run": True, "explain": True, "request_id": None})
+        try:
+            return self.schedule(dry)
+        except NoValidPlacement as exc:
+            return {"placements": [], "relaxed": [], "retries": 0, "dry_run": True,
+                    "request_id": None, "unplaced": list(req.consumers),
+                    "explain": exc.explain, "detail": exc.detail}
+
+    def summary(self) -> dict[str, Any]:
+        """This zone's own providers as one pool (see zone/summary.py)."""
+        with self.db.read() as conn:
+            self.hosts.refresh(conn)
+            stale = self.hosts.stale(conn)
+        with self.engine.fresh() as index:
+            return own_summary(index, self.hosts.arrays(index), _rows_of(index, stale))
+
+    def shared_pools(self, classes: dict[str, int], count: int
+                     ) -> list[tuple[str, tuple[str, ...]]]:
+        """Sharing providers here that can give every consumer `classes`, best first
+        (most free room first): (provider uuid, its aggregates)."""
+        with self.engine.fresh() as index:
+            n = index.size
+            ok = index.live()[:n] & index.trait_mask("MISC_SHARES_VIA_AGGREGATE")[:n]
+            room = np.ones(n)
+            for rc, amount in classes.items():
+                col = index.rc_columns(rc)
+                if col is None:
+                    return []
+                free = col.capacity[:n] - col.used[:n]
+                ok &= col.has[:n] & (free >= amount * count)
+                ok &= (col.min_unit[:n] <= amount) & (col.max_unit[:n] >= amount)
+                ok &= (amount % col.step[:n]) == 0
+                room = np.minimum(room, free / np.maximum(col.capacity[:n], 1))
+            rows = [int(p) for p in np.flatnonzero(ok)]
+            rows.sort(key=lambda p: (-float(room[p]), index.uuids[p]))
+            return [(index.uuids[p], tuple(sorted(index.aggregates[p]))) for p in rows]
+
+    def hold_shared(self, consumers: list[str], provider: str, classes: dict[str, int],
+                    req: ScheduleRequest, ttl: float) -> None:
+        """Claim `classes` on a sharing provider for every consumer, provisionally."""
+        claims = [ConsumerClaim(consumer_uuid=c, allocations={provider: dict(classes)},
+                                project_id=req.project_id, user_id=req.user_id,
+                                consumer_type=req.consumer_type, generation=None)
+                  for c in consumers]
+        with self.db.write() as conn:
+            claim(conn, claims)
+            provisional.hold(conn, consumers, ttl)
+
+    def has_providers(self) -> bool:
+        with self.engine.fresh() as index:
+            return bool(index.live()[: index.size].any())
+
+    def schedule_with_summary(self, req: ScheduleRequest) -> dict[str, Any]:
+        """schedule(), plus this zone's summary when a parent asked: one thread hop."""
+        answer = self.schedule(req)
+        if req.hops > 0 and not req.dry_run:
+            answer["own_summary"] = self.summary()
+        return answer
+
+    # -- validation --------------------------------------------------------------
+
+    def _validate(self, req: ScheduleRequest) -> None:
+        classes = {rc for g in req.groups for rc in g.resources}
+        traits: set[str] = set()
+        for g in req.groups:
+            for t in g.required:
+                names = t[3:].split(",") if t.startswith("in:") else [t.lstrip("!")]
+                traits.update(n for n in names if n)
+        bad_rc, bad_tr = self.engine.unknown_names(classes, traits)
+        if bad_rc:
+            raise errors.BadRequest(f"groups: unknown resource class(es): {', '.join(bad_rc)}")
+        if bad_tr:
+            raise errors.BadRequest(f"groups: unknown trait(s): {', '.join(bad_tr)}")
+        for c in req.constraints:
+            if isinstance(c, SpreadRuleSpec) and c.level not in self.levels:
+                raise errors.BadRequest(
+                    f"constraints: unknown level {c.level!r}; this zone's levels are "
+                    f"{', '.join(self.levels)}")
+
+    # -- planning ----------------------------------------------------------------
+
+    def _plan(self, req: ScheduleRequest) -> Plan:
+        groups = candidate_groups(req)
+        scorer = Scorer(WeigherConfig(name=req.weigher.name,
+                                      class_weights=dict(req.weigher.class_weights)))
+        spread_groups = {c.group or req.group for c in req.constraints
+                         if isinstance(c, SpreadRuleSpec)}
+        with self.db.read() as conn:
+            self.hosts.refresh(conn)
+            stale = self.hosts.stale(conn)
+            members = {g: group_store.member_roots(conn, g) for g in spread_groups if g}
+        with self.engine.fresh() as index:
+            hosts = self.hosts.arrays(index)
+            stale_rows = _rows_of(index, stale)
+            masks = rule_masks(index, hosts, list(req.constraints), req.group, members,
+                               self.levels)
+            return self._search(req, index, hosts, groups, scorer, stale_rows, masks)
+
+    def _search(self, req: ScheduleRequest, index: ProviderIndex, hosts: HostArrays,
+                groups: tuple[RequestGroup, ...], scorer: Scorer, stale_rows: BoolArray,
+                masks: list[RuleMask]) -> Plan:
+        hard = [m for m in masks if m.hard]
+        soft = sorted((m for m in masks if not m.hard), key=lambda m: (-m.weight, m.index))
+        base = ~stale_rows
+        for m in hard:
+            base = base & m.allowed
+        count = len(req.consumers)
+        # Perfect matches first: every soft rule enforced; then drop the
+        # lowest weight one at a time.
+        for keep in range(len(soft), -1, -1):
+            active, dropped = soft[:keep], soft[keep:]
+            allowed = base
+            for m in active:
+                allowed = allowed & m.allowed
+            found = self._assign(req, index, hosts, groups, scorer, allowed,
+                                 hard + active, dropped, count)
+            if found is not None:
+                options, assignment = found
+                explain = (self._explain(index, groups, stale_rows, hard + active)
+                           if req.explain else None)
+                # In the order they were dropped: lowest weight first.
+                return Plan(options, assignment, relaxed=dropped[::-1], explain=explain)
+        if not req.atomic:
+            # Nothing at all fits, even one instance: same answer as atomic.
+            pass
+        explain = self._explain(index, groups, stale_rows, hard)
+        raise NoValidPlacement(
+            f"no valid placement for {count} consumer(s) in zone {self.zone}: "
+            f"{explain['summary']}", explain)
+
+    def _assign(self, req: ScheduleRequest, index: ProviderIndex, hosts: HostArrays,
+                groups: tuple[RequestGroup, ...], scorer: Scorer, allowed: BoolArray,
+                enforced: Sequence[RuleMask], dropped: Sequence[RuleMask], count: int
+                ) -> tuple[list[Option], Assignment] | None:
+        rules = [_solver_rule(m, req.group, hard=True) for m in enforced if m.spread]
+        rules += [_solver_rule(m, req.group, hard=False) for m in dropped if m.spread]
+        bonus = [m for m in dropped if m.spread is None]
+        # Spread rules need room to choose domains; otherwise a few per instance
+        # (the best, plus spares for races) is all the solver looks at.
+        limit = (max(MIN_CANDIDATES, CANDIDATES_PER_INSTANCE * count) if rules
+                 else max(8, CANDIDATES_PER_INSTANCE * count))
+        while True:
+            creq = CandidateRequest(groups=groups, group_policy=GroupPolicy(
+                req.group_policy or "none"), limit=limit)
+            cands = builder.build(index, creq, scorer, exclude=~allowed)
+            if not cands:
+                return None
+            options = [_option(index, hosts, c, self.levels, bonus) for c in cands]
+            free = _free(index, options)
+            got = solve(options, free, count, rules, atomic=req.atomic)
+            if got is not None and got.choices:
+                return options, got
+            if len(cands) < limit:
+                return None  # the engine had no more to offer
+            limit *= 8
+
+    def _explain(self, index: ProviderIndex, groups: tuple[RequestGroup, ...],
+                 stale_rows: BoolArray, rules: Sequence[RuleMask]) -> dict[str, Any]:
+        cuts = explainer.zone_cuts(index, stale_rows, rules)
+        funnels = [(g.suffix, explainer.group_funnel(index, g, cuts)) for g in groups]
+        return {
+            "zone": self.zone,
+            "summary": explainer.summary(funnels),
+            "groups": [{"suffix": s, **f.as_dict()} for s, f in funnels],
+        }
+
+    # -- claiming ------------------------------------------------------------------
+
+    def _claim(self, req: ScheduleRequest, plan: Plan, retries: int) -> dict[str, Any]:
+        chosen = plan.assignment.choices
+        claims = [
+            ConsumerClaim(consumer_uuid=consumer, allocations=_allocations(plan.options[i]),
+                          project_id=req.project_id, user_id=req.user_id,
+                          consumer_type=req.consumer_type, generation=None)
+            for consumer, i in zip(req.consumers, chosen, strict=False)]
+        answer = self._answer(req, plan, retries)
+
+        def job(conn: Connection) -> dict[str, Any] | None:
+            if req.request_id is not None and not schedule_requests.reserve(
+                    conn, req.request_id):
+                return None  # another request with this id got there first
+            try:
+                claim(conn, claims)
+            except errors.ConcurrentUpdate as exc:
+                raise errors.Conflict(
+                    f"consumers: {exc.detail.split(' - ', 1)[-1]} (a schedule request "
+                    "places new consumers only)", errors.CONCURRENT_UPDATE) from None
+            except errors.Conflict:
+                # Capacity moved since the snapshot: another writer won.
+                raise _LostRace() from None
+            self._recheck_spread(conn, req, plan)
+            if req.hold_ttl is not None:
+                provisional.hold(conn, [c.consumer_uuid for c in claims], req.hold_ttl)
+            if req.group:
+                group_store.add_members(conn, req.group, [c.consumer_uuid for c in claims])
+            if req.request_id is not None:
+                schedule_requests.finish(conn, req.request_id, 200, answer)
+            return answer
+
+        # Concurrent requests share one transaction (one fsync on SQLite).
+        replay = self.db.batched(job)
+        if replay is None:
+            assert req.request_id is not None
+            with self.db.read() as conn:
+                found = schedule_requests.get_answer(conn, req.request_id)
+            if found is None:
+                raise errors.Conflict("request_id is being processed by another request; "
+                                      "retry", errors.CONCURRENT_UPDATE)
+            return self._replay(found)
+        return answer
+
+    def _recheck_spread(self, conn: Connection, req: ScheduleRequest, plan: Plan) -> None:
+        """Hard affinity rules against the members as committed now, under the
+        groups' locks: two requests planned on one snapshot cannot both win."""
+        rules = [c for c in req.constraints if isinstance(c, SpreadRuleSpec) and c.hard]
+        if not rules:
+            return
+        groups = {c.group or req.group or "" for c in rules}
+        group_store.lock_groups(conn, groups)
+        chosen = [plan.options[i] for i in plan.assignment.choices]
+        for rule in rules:
+            group = rule.group or req.group or ""
+            members = group_store.member_roots(conn, group)
+            existing = {self.hosts.domain_of_root(root, rule.level)
+                        for roots in members.values() for root in roots}
+            mine = [o.domains.get(rule.level, o.host) for o in chosen]
+            if rule.type == "anti_affinity" and any(d in existing for d in mine):
+                raise _LostRace()
+            if rule.type == "affinity" and existing and any(d not in existing for d in mine):
+                raise _LostRace()
+
+    def claim_placements(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Claim exactly the given placements (a parent zone chose them): all or nothing."""
+        claims = [ConsumerClaim(
+            consumer_uuid=p["consumer_uuid"],
+            allocations={rp: dict(a["resources"]) for rp, a in p["allocations"].items()},
+            project_id=body["project_id"], user_id=body["user_id"],
+            consumer_type=body.get("consumer_type"), generation=None)
+            for p in body["placements"]]
+        with self.db.write() as conn:
+            result = claim(conn, claims)
+            if body.get("hold_ttl"):
+                provisional.hold(conn, [c.consumer_uuid for c in claims],
+                                 float(body["hold_ttl"]))
+            if body.get("group"):
+                group_store.add_members(conn, body["group"], [c.consumer_uuid for c in claims])
+        return {"claimed": [c.consumer_uuid for c in claims],
+                "providers": list(result.touched_providers)}
+
+    def _replay(self, found: tuple[int, dict[str, Any]]) -> dict[str, Any]:
+        status, body = found
+        if status != 200:
+            raise NoValidPlacement(body.get("detail", "no valid placement"),
+                                   body.get("explain") or {})
+        return {**body, "replayed": True}
+
+    def record_failure(self, req: ScheduleRequest, exc: NoValidPlacement) -> None:
+        """Keep a failed answer under its request_id, so a retry repeats it."""
+        if req.request_id is None or req.dry_run:
+            return
+        with self.db.write() as conn:
+            if schedule_requests.reserve(conn, req.request_id):
+                schedule_requests.finish(conn, req.request_id, 409,
+                                         {"detail": exc.detail, "explain": exc.explain})
+
+    def _answer(self, req: ScheduleRequest, plan: Plan, retries: int) -> dict[str, Any]:
+        chosen = plan.assignment.choices
+        placements = []
+        for consumer, i in zip(req.consumers, chosen, strict=False):
+            o = plan.options[i]
+            placements.append({
+                "consumer_uuid": consumer, "provider": o.host,
+                "allocations": {rp: {"resources": res}
+                                for rp, res in _allocations(o).items()},
+                "location": o.location,
+                "score": round(o.score, 6), "zone": self.zone})
+        return {
+            "placements": placements,
+            "relaxed": [{"index": m.index, "type": m.rule.type, "weight": m.weight,
+                         "rule": m.reason} for m in plan.relaxed],
+            "retries": retries,
+            "dry_run": req.dry_run,
+            "request_id": req.request_id,
+            "unplaced": list(req.consumers[len(chosen):]),
+            "explain": plan.explain,
+        }
+
+
+# -- helpers --------------------------------------------------------------------
+
+def candidate_groups(req: ScheduleRequest) -> tuple[RequestGroup, ...]:
+    out = []
+    for suffix, g in req.suffixed_groups():
+        required: list[tuple[str, ...]] = []
+        forbidden: list[str] = []
+        for t in g.required:
+            if t.startswith("in:"):
+                required.append(tuple(n for n in t[3:].split(",") if n))
+            elif t.startswith("!"):
+                forbidden.append(t[1:])
+            else:
+                required.append((t,))
+        member_of: list[tuple[str, ...]] = []
+        forbidden_aggs: list[str] = []
+        for anyof in g.member_of:
+            neg = [a[1:] for a in anyof if a.startswith("!")]
+            pos = [a for a in anyof if not a.startswith("!")]
+            if neg and pos:
+                raise errors.BadRequest(
+                    "groups.member_of: a list is either aggregates to be in (any of) or "
+                    "'!'-aggregates to avoid, not both")
+            forbidden_aggs += neg
+            if pos:
+                member_of.append(tuple(pos))
+        out.append(RequestGroup(
+            suffix=suffix, resources=tuple(sorted(g.resources.items())),
+            required=tuple(required), forbidden=tuple(forbidden),
+            member_of=tuple(member_of), forbidden_aggs=tuple(forbidden_aggs),
+            in_tree=g.in_tree))
+    return tuple(out)
+
+
+def _rows_of(index: ProviderIndex, uuids: dict[str, float | None]) -> BoolArray:
+    rows = np.zeros(index.size, dtype=bool)
+    for u in uuids:
+        p = index.pos.get(u)
+        if p is not None:
+            rows[p] = True
+    return rows
+
+
+def _solver_rule(m: RuleMask, join_group: str | None, *, hard: bool) -> SpreadRule:
+    assert m.spread is not None
+    s = m.spread
+    return SpreadRule(kind=s.kind, level=s.level, hard=hard, weight=s.weight,
+                      existing=s.existing, name=s.name,
+                      among_new=bool(join_group) and s.name == join_group)
+
+
+def _option(index: ProviderIndex, hosts: HostArrays, c: builder.Candidate,
+            levels: tuple[str, ...], bonus: Sequence[RuleMask]) -> Option:
+    uuids = index.uuids
+    items = tuple((uuids[p], rc, amount) for p, rc, amount in c.items)
+    # The host: the root of the candidate's first provider that is not shared.
+    roots = [int(index.root[p]) for p, _, _ in c.items]
+    host_row = roots[0]
+    for p, _, _ in c.items:
+        if not index.trait_mask("MISC_SHARES_VIA_AGGREGATE")[p]:
+            host_row = int(index.root[p])
+            break
+    domains = {level: hosts.domain_of(level, host_row) for level in levels}
+    loc = hosts.locations[int(hosts.loc_code[host_row])]
+    score = c.score + sum(m.weight for m in bonus if m.allowed[host_row])
+    return Option(items=items, host=uuids[host_row], domains=domains, score=score,
+                  location="/".join(loc) if loc else None)
+
+
+def _free(index: ProviderIndex, options: Sequence[Option]) -> dict[tuple[str, str], int]:
+    free: dict[tuple[str, str], int] = {}
+    for o in options:
+        for rp, rc, _ in o.items:
+            if (rp, rc) in free:
+                continue
+            col = index.rc_columns(rc)
+            p = index.pos[rp]
+            free[(rp, rc)] = int(col.capacity[p] - col.used[p]) if col is not None else 0
+    return free
+
+
+def _allocations(o: Option) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for rp, rc, amount in o.items:
+        out.setdefault(rp, {})[rc] = out.get(rp, {}).get(rc, 0) + amount
+    return out

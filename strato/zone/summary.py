@@ -1,0 +1,70 @@
+"""Zone summaries: what a parent sees of a child — one resource pool.
+
+Per resource class: capacity, used, and ``largest_free``, the most that one
+root provider (a host with its nested providers) could still take — the
+figure that lets a parent prune a child that cannot fit one instance.
+A parent's summary covers its whole subtree: its own providers plus its
+children's summaries. Summaries are hints: a stale one costs efficiency,
+never correctness, because the child re-checks everything when it claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from strato.engine.hosts import HostArrays
+from strato.engine.index import BoolArray, ProviderIndex
+
+# The summary of a zone without providers of its own.
+EMPTY: dict[str, Any] = {"providers": 0, "classes": {}, "traits": [], "tags_present": []}
+
+
+def own_summary(index: ProviderIndex, hosts: HostArrays, excluded: BoolArray
+                ) -> dict[str, Any]:
+    """Summary of this zone's own providers (stale ones count as unusable)."""
+    n = index.size
+    live = index.live()[:n] & ~excluded[:n]
+    roots = index.root[:n]
+    classes: dict[str, dict[str, int]] = {}
+    for rc, col in index.rc.items():
+        has = col.has[:n] & index.live()[:n]
+        if not has.any():
+            continue
+        capacity = int(col.capacity[:n][has].sum())
+        used = int(col.used[:n][has].sum())
+        free = np.where(live & col.has[:n], col.capacity[:n] - col.used[:n], 0)
+        # Free room of each whole tree (a host with its nested providers).
+        per_root = np.bincount(roots, weights=np.maximum(free, 0), minlength=n)
+        classes[rc] = {"capacity": capacity, "used": used,
+                       "largest_free": int(per_root.max()) if n else 0}
+    traits = sorted(t for t, col in index.trait_cols.items() if (col[:n] & live).any())
+    tags = sorted(t for t, col in hosts.tags.items() if (col[:n] & live).any())
+    return {"providers": int(np.count_nonzero(index.live()[:n])), "classes": classes,
+            "traits": traits, "tags_present": tags}
+
+
+def merge(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """One summary for several pools: sums, maxima of largest_free, unions."""
+    providers = 0
+    classes: dict[str, dict[str, int]] = {}
+    traits: set[str] = set()
+    tags: set[str] = set()
+    for part in parts:
+        providers += int(part.get("providers", 0))
+        traits.update(part.get("traits", []))
+        tags.update(part.get("tags_present", []))
+        for rc, c in part.get("classes", {}).items():
+            acc = classes.setdefault(rc, {"capacity": 0, "used": 0, "largest_free": 0})
+            acc["capacity"] += int(c.get("capacity", 0))
+            acc["used"] += int(c.get("used", 0))
+            acc["largest_free"] = max(acc["largest_free"], int(c.get("largest_free", 0)))
+    return {"providers": providers, "classes": classes, "traits": sorted(traits),
+            "tags_present": sorted(tags)}
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,77 @@
+"""Behaviour every route shares: errors, versions, auth, limits."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from strato.api.app import create_app
+from strato.config import Settings
+from strato.store.db import Database
+
+
+def test_root_needs_no_token_and_reports_versions(client: TestClient) -> None:
+    r = client.get("/", headers={"x-auth-token": ""})
+    assert r.status_code == 200
+    v = r.json()["versions"][0]
+    assert (v["min_version"], v["max_version"], v["status"]) == ("1.0", "1.39", "CURRENT")
+
+
+def test_version_and_request_id_headers_on_every_answer(client: TestClient) -> None:
+    r = client.get("/resource_providers/nope", headers={"openstack-api-version":
+                                                        "placement 1.14"})
+    assert r.status_code == 404
+    assert r.headers["openstack-api-version"] == "placement 1.14"
+    assert "openstack-api-version" in r.headers["vary"]
+    rid = r.headers["x-openstack-request-id"]
+    assert r.json()["errors"][0]["request_id"] == rid
+
+
+def test_no_version_header_means_1_0(client: TestClient) -> None:
+    r = client.get("/resource_providers", headers={"openstack-api-version": ""})
+    assert r.headers["openstack-api-version"] == "placement 1.0"
+    r = client.get("/resource_providers", headers={"openstack-api-version": "compute 2.1"})
+    assert r.headers["openstack-api-version"] == "placement 1.0"
+
+
+def test_latest(client: TestClient) -> None:
+    r = client.get("/", headers={"openstack-api-version": "placement latest"})
+    assert r.headers["openstack-api-version"] == "placement 1.39"
+
+
+def test_unknown_route_and_method(client: TestClient) -> None:
+    r = client.get("/nowhere")
+    assert r.status_code == 404 and r.json()["errors"][0]["status"] == 404
+    r = client.patch("/resource_providers")
+    assert r.status_code == 405
+    assert "allow" in {k.lower() for k in r.headers}
+    assert r.json()["errors"][0]["title"] == "Method Not Allowed"
+
+
+def test_too_large_body_is_413_and_changes_nothing(sqlite_database: Database) -> None:
+    app = create_app(Settings(db_url=sqlite_database.url, max_body_bytes=1024),
+                     db=sqlite_database, migrate=False)
+    with TestClient(app, headers={"x-auth-token": "admin",
+                                  "openstack-api-version": "placement latest"}) as c:
+        r = c.post("/resource_providers", json={"name": "x" * 2000})
+        assert r.status_code == 413
+        assert r.json()["errors"][0]["detail"]
+        assert c.get("/resource_providers").json()["resource_providers"] == []
+
+
+def test_configured_token(sqlite_database: Database) -> None:
+    app = create_app(Settings(db_url=sqlite_database.url, auth_token="s3cret"),
+                     db=sqlite_database, migrate=False)
+    with TestClient(app) as c:
+        assert c.get("/resource_providers", headers={"x-auth-token": "admin"}
+                     ).status_code == 401
+        assert c.get("/resource_providers", headers={"x-auth-token": "s3cret"}
+                     ).status_code == 200
+        assert c.get("/resource_providers").status_code == 401
+
+
+def test_nul_bytes_are_never_a_500(any_client: TestClient) -> None:
+    assert any_client.get("/resource_providers/%00").status_code == 404
+    r = any_client.get("/resource_providers?name=%00")
+    assert r.status_code in (200, 400)
+    r = any_client.post("/resource_providers", json={"name": "a\x00b"})
+    assert r.status_code in (200, 400)

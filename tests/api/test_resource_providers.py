@@ -1,0 +1,133 @@
+"""GET/POST/PUT/DELETE /resource_providers, read as a spec."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi.testclient import TestClient
+
+
+def _create(client: TestClient, name: str, **kw: object) -> dict[str, object]:
+    r = client.post("/resource_providers", json={"name": name, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_create_show_update_delete(any_client: TestClient) -> None:
+    rp = _create(any_client, "cn1")
+    assert rp["generation"] == 0
+    assert rp["root_provider_uuid"] == rp["uuid"]
+    r = any_client.put(f"/resource_providers/{rp['uuid']}", json={"name": "cn1-renamed"})
+    assert r.status_code == 200 and r.json()["generation"] == 1
+    assert any_client.get(f"/resource_providers/{rp['uuid']}").json()["name"] == "cn1-renamed"
+    assert any_client.delete(f"/resource_providers/{rp['uuid']}").status_code == 204
+    r = any_client.get(f"/resource_providers/{rp['uuid']}")
+    assert r.status_code == 404
+    assert r.json()["errors"][0]["code"] == "placement.resource_provider.not_found"
+
+
+def test_old_microversion_create_is_201_without_body(client: TestClient) -> None:
+    r = client.post("/resource_providers", json={"name": "x"},
+                    headers={"openstack-api-version": "placement 1.19"})
+    assert r.status_code == 201
+    assert r.headers["location"].startswith("/resource_providers/")
+    assert r.headers["openstack-api-version"] == "placement 1.19"
+
+
+def test_duplicate_name_and_uuid(client: TestClient) -> None:
+    u = str(uuid.uuid4())
+    _create(client, "a", uuid=u)
+    r = client.post("/resource_providers", json={"name": "a"})
+    assert r.status_code == 409 and r.json()["errors"][0]["code"] == "placement.duplicate_name"
+    r = client.post("/resource_providers", json={"name": "b", "uuid": u})
+    assert r.status_code == 409
+
+
+def test_nested_and_delete_parent_refused(client: TestClient) -> None:
+    root = _create(client, "root")
+    child = _create(client, "child", parent_provider_uuid=root["uuid"])
+    grandchild = _create(client, "gc", parent_provider_uuid=child["uuid"])
+    assert grandchild["root_provider_uuid"] == root["uuid"]
+    r = client.delete(f"/resource_providers/{root['uuid']}")
+    assert r.status_code == 409
+    assert r.json()["errors"][0]["code"] == "placement.resource_provider.cannot_delete_parent"
+    tree = client.get(f"/resource_providers?in_tree={grandchild['uuid']}").json()
+    assert {p["name"] for p in tree["resource_providers"]} == {"root", "child", "gc"}
+
+
+def test_reparent_rules_by_microversion(client: TestClient) -> None:
+    a = _create(client, "a")
+    b = _create(client, "b")
+    c = _create(client, "c", parent_provider_uuid=a["uuid"])
+    body = {"name": "c", "parent_provider_uuid": b["uuid"]}
+    r = client.put(f"/resource_providers/{c['uuid']}", json=body,
+                   headers={"openstack-api-version": "placement 1.36"})
+    assert r.status_code == 400
+    r = client.put(f"/resource_providers/{c['uuid']}", json=body)
+    assert r.status_code == 200 and r.json()["root_provider_uuid"] == b["uuid"]
+    # loops are refused
+    r = client.put(f"/resource_providers/{b['uuid']}",
+                   json={"name": "b", "parent_provider_uuid": c["uuid"]})
+    assert r.status_code == 400 and "loop" in r.json()["errors"][0]["detail"]
+    # un-parenting at 1.37
+    r = client.put(f"/resource_providers/{c['uuid']}",
+                   json={"name": "c", "parent_provider_uuid": None})
+    assert r.status_code == 200 and r.json()["root_provider_uuid"] == c["uuid"]
+
+
+def test_bad_input_is_400_and_changes_nothing(client: TestClient) -> None:
+    cases = [
+        {"name": ""},
+        {"name": 5},
+        {"name": "x" * 201},
+        {"name": "ok", "uuid": "not-a-uuid"},
+        {"name": "ok", "bogus": 1},
+        {"uuid": str(uuid.uuid4())},
+    ]
+    for body in cases:
+        r = client.post("/resource_providers", json=body)
+        assert r.status_code == 400, (body, r.text)
+        assert r.json()["errors"][0]["detail"]
+    r = client.post("/resource_providers", content=b"{not json",
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "Malformed JSON" in r.json()["errors"][0]["detail"]
+    r = client.post("/resource_providers", content=b'{"name": "x"}',
+                    headers={"content-type": "text/plain"})
+    assert r.status_code == 415
+    assert client.get("/resource_providers").json()["resource_providers"] == []
+
+
+def test_list_filters_and_unknown_params(client: TestClient) -> None:
+    _create(client, "n1")
+    _create(client, "n2")
+    assert [p["name"] for p in
+            client.get("/resource_providers?name=n2").json()["resource_providers"]] == ["n2"]
+    r = client.get("/resource_providers?bogus=1")
+    assert r.status_code == 400
+    r = client.get("/resource_providers?member_of=not-a-uuid")
+    assert r.status_code == 400
+    r = client.get("/resource_providers?resources=VCPU:0")
+    assert r.status_code == 400
+    r = client.get("/resource_providers?resources=NOPE:1")
+    assert r.status_code == 400
+    r = client.get("/resource_providers?required=CUSTOM_NOPE")
+    assert r.status_code == 400
+
+
+def test_microversion_header(client: TestClient) -> None:
+    r = client.get("/", headers={"openstack-api-version": "placement 1.99"})
+    assert r.status_code == 406
+    r = client.get("/resource_providers", headers={"openstack-api-version": "placement 1.x"})
+    assert r.status_code == 400
+    r = client.get("/")
+    assert r.json()["versions"][0]["max_version"] == "1.39"
+
+
+def test_auth_required(client: TestClient) -> None:
+    r = client.get("/resource_providers", headers={"x-auth-token": ""})
+    assert r.status_code == 401
+    r = client.get("/resource_providers", headers={"x-auth-token": "bob:proj"})
+    assert r.status_code == 403
+    r = client.get("/resource_providers", headers={"x-auth-token": "bob:proj",
+                                                   "x-roles": "admin"})
+    assert r.status_code == 200

@@ -1,0 +1,259 @@
+"""POST /strato/v1/schedule and /strato/v1/explain, read as a spec."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+
+def host(c: TestClient, name: str, location: str | None = None, tags: list[str] | None = None,
+         vcpu: int = 8, traits: list[str] | None = None) -> str:
+    rp = c.post("/resource_providers", json={"name": name}).json()
+    r = c.put(f"/resource_providers/{rp['uuid']}/inventories", json={
+        "resource_provider_generation": 0,
+        "inventories": {"VCPU": {"total": vcpu}, "MEMORY_MB": {"total": 8192}}})
+    assert r.status_code == 200, r.text
+    if traits:
+        r = c.put(f"/resource_providers/{rp['uuid']}/traits", json={
+            "traits": traits, "resource_provider_generation": 1})
+        assert r.status_code == 200, r.text
+    if location or tags:
+        r = c.put(f"/strato/v1/providers/{rp['uuid']}/meta",
+                  json={"location": location, "tags": tags or []})
+        assert r.status_code == 200, r.text
+    return str(rp["uuid"])
+
+
+def req(n: int = 1, vcpu: int = 1, **kw: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"consumers": [str(uuid.uuid4()) for _ in range(n)],
+                            "project_id": "p", "user_id": "u",
+                            "groups": [{"resources": {"VCPU": vcpu}}]}
+    body.update(kw)
+    return body
+
+
+def schedule(c: TestClient, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
+    r = c.post("/strato/v1/schedule", json=body)
+    assert r.status_code == status, r.text
+    return dict(r.json())
+
+
+def used(c: TestClient, rp: str) -> int:
+    return int(c.get(f"/resource_providers/{rp}/usages").json()["usages"].get("VCPU", 0))
+
+
+@pytest.fixture
+def rack_hosts(client: TestClient) -> dict[str, str]:
+    """8 hosts at site/room/rack/host: 2 sites, 2 rooms per site, 1 rack of 2 hosts per room."""
+    out = {}
+    for i in range(8):
+        site = "dfw" if i < 4 else "ord"
+        room = f"room{i // 2 % 2}"
+        rack = f"rack{i // 2}"
+        out[f"h{i}"] = host(client, f"h{i}", f"{site}/{room}/{rack}/h{i}",
+                            tags=["hipaa"] if i in (1, 6) else [])
+    return out
+
+
+def test_places_and_claims(any_client: TestClient) -> None:
+    rp = host(any_client, "h")
+    body = req(2, vcpu=3)
+    ans = schedule(any_client, body)
+    assert [p["provider"] for p in ans["placements"]] == [rp, rp]
+    assert used(any_client, rp) == 6
+    for p in ans["placements"]:
+        got = any_client.get(f"/allocations/{p['consumer_uuid']}").json()
+        assert got["allocations"][rp]["resources"] == {"VCPU": 3}
+        assert got["project_id"] == "p"
+
+
+def test_dry_run_claims_nothing(client: TestClient) -> None:
+    rp = host(client, "h")
+    ans = schedule(client, req(1, dry_run=True))
+    assert ans["dry_run"] and ans["placements"][0]["provider"] == rp
+    assert used(client, rp) == 0
+
+
+def test_atomic_is_all_or_nothing_and_non_atomic_places_what_fits(client: TestClient) -> None:
+    rp = host(client, "h", vcpu=4)
+    r = client.post("/strato/v1/schedule", json=req(3, vcpu=2))
+    assert r.status_code == 409
+    err = r.json()
+    assert err["errors"][0]["code"] == "strato.no_valid_placement"
+    assert "explain" in err
+    assert used(client, rp) == 0
+    ans = schedule(client, req(3, vcpu=2, atomic=False))
+    assert len(ans["placements"]) == 2 and len(ans["unplaced"]) == 1
+    assert used(client, rp) == 4
+
+
+def test_location_pattern_and_pragma(client: TestClient, rack_hosts: dict[str, str]) -> None:
+    ans = schedule(client, req(1, constraints=[{"type": "location", "pattern": "ord/*"}]))
+    assert ans["placements"][0]["location"].startswith("ord/")
+    ans = schedule(client, req(1, constraints=[
+        {"type": "location", "pattern": "h5.rack2.room0.ord"}]))
+    assert ans["placements"][0]["provider"] == rack_hosts["h5"]
+    r = client.post("/strato/v1/schedule", json=req(1, constraints=[
+        {"type": "location", "pattern": "lon/*"}]))
+    assert r.status_code == 409
+    assert "location lon/*: 8 providers" in r.json()["errors"][0]["detail"]
+
+
+def test_tags_required_and_forbidden(client: TestClient, rack_hosts: dict[str, str]) -> None:
+    ans = schedule(client, req(2, constraints=[{"type": "tags", "required": ["hipaa"]}],
+                               group="g", ))
+    assert {p["provider"] for p in ans["placements"]} <= {rack_hosts["h1"], rack_hosts["h6"]}
+    ans = schedule(client, req(6, constraints=[{"type": "tags", "forbidden": ["hipaa"]}]))
+    assert not {p["provider"] for p in ans["placements"]} & {rack_hosts["h1"],
+                                                             rack_hosts["h6"]}
+
+
+@pytest.mark.parametrize(("level", "distinct"), [("host", 8), ("rack", 4), ("room", 4),
+                                                 ("site", 2)])
+def test_anti_affinity_at_each_level(client: TestClient, rack_hosts: dict[str, str],
+                                     level: str, distinct: int) -> None:
+    rule = [{"type": "anti_affinity", "level": level}]
+    placed = []
+    for _ in range(distinct):
+        ans = schedule(client, req(1, group="web", constraints=rule))
+        placed.append(ans["placements"][0]["location"])
+    depth = {"host": 4, "rack": 3, "room": 2, "site": 1}[level]
+    domains = {"/".join(loc.split("/")[:depth]) for loc in placed}
+    assert len(domains) == distinct
+    r = client.post("/strato/v1/schedule", json=req(1, group="web", constraints=rule))
+    assert r.status_code == 409
+    assert f"anti_affinity web@{level}" in r.json()["errors"][0]["detail"]
+
+
+def test_anti_affinity_among_new_instances(client: TestClient,
+                                           rack_hosts: dict[str, str]) -> None:
+    ans = schedule(client, req(4, group="db", constraints=[
+        {"type": "anti_affinity", "level": "rack"}]))
+    racks = {"/".join(p["location"].split("/")[:3]) for p in ans["placements"]}
+    assert len(racks) == 4
+    schedule(client, req(5, group="db2", constraints=[
+        {"type": "anti_affinity", "level": "rack"}]), status=409)
+
+
+@pytest.mark.parametrize("level", ["host", "rack", "room", "site"])
+def test_affinity_at_each_level(client: TestClient, rack_hosts: dict[str, str],
+                                level: str) -> None:
+    rule = [{"type": "affinity", "level": level}]
+    depth = {"host": 4, "rack": 3, "room": 2, "site": 1}[level]
+    first = schedule(client, req(2, group="app", constraints=rule))
+    later = schedule(client, req(1, group="app", constraints=rule))
+    locs = [p["location"] for p in first["placements"] + later["placements"]]
+    assert len({"/".join(loc.split("/")[:depth]) for loc in locs}) == 1
+
+
+def test_affinity_with_another_group(client: TestClient, rack_hosts: dict[str, str]) -> None:
+    db = schedule(client, req(1, group="db", constraints=[
+        {"type": "location", "pattern": "ord/room1/*"}]))
+    app = schedule(client, req(3, group="app", constraints=[
+        {"type": "affinity", "group": "db", "level": "room"}]))
+    assert all(p["location"].startswith("ord/room1/") for p in app["placements"])
+    assert db["placements"][0]["location"].startswith("ord/room1/")
+
+
+def test_soft_rules_relaxed_lowest_weight_first(client: TestClient,
+                                                rack_hosts: dict[str, str]) -> None:
+    # Both cannot hold: hipaa hosts are h1 (dfw) and h6 (ord); ask for lon and hipaa.
+    ans = schedule(client, req(1, constraints=[
+        {"type": "tags", "required": ["hipaa"], "hard": False, "weight": 5},
+        {"type": "location", "pattern": "lon/*", "hard": False, "weight": 1}]))
+    assert [r["type"] for r in ans["relaxed"]] == ["location"]
+    assert ans["placements"][0]["provider"] in (rack_hosts["h1"], rack_hosts["h6"])
+    ans = schedule(client, req(1, constraints=[
+        {"type": "tags", "required": ["nope"], "hard": False, "weight": 1},
+        {"type": "location", "pattern": "lon/*", "hard": False, "weight": 3}]))
+    assert [r["type"] for r in ans["relaxed"]] == ["tags", "location"]
+    # Satisfiable soft rules are kept, not relaxed.
+    ans = schedule(client, req(1, constraints=[
+        {"type": "location", "pattern": "dfw/*", "hard": False}]))
+    assert ans["relaxed"] == [] and ans["placements"][0]["location"].startswith("dfw/")
+
+
+def test_soft_anti_affinity_prefers_spreading(client: TestClient,
+                                              rack_hosts: dict[str, str]) -> None:
+    ans = schedule(client, req(10, group="w", constraints=[
+        {"type": "anti_affinity", "level": "host", "hard": False, "weight": 1}]))
+    assert len(ans["placements"]) == 10
+    assert len({p["provider"] for p in ans["placements"]}) == 8
+    assert [r["type"] for r in ans["relaxed"]] == ["anti_affinity"]
+
+
+def test_request_id_is_idempotent(any_client: TestClient) -> None:
+    rp = host(any_client, "h", vcpu=4)
+    body = req(1, vcpu=1, request_id="req-42")
+    first = schedule(any_client, body)
+    again = schedule(any_client, body)
+    assert again["placements"] == first["placements"] and again.get("replayed")
+    assert used(any_client, rp) == 1
+    other = {**body, "consumers": [str(uuid.uuid4())]}
+    assert schedule(any_client, other)["placements"] == first["placements"]
+    assert used(any_client, rp) == 1
+
+
+def test_existing_consumer_is_refused(client: TestClient) -> None:
+    host(client, "h")
+    body = req(1)
+    schedule(client, body)
+    r = client.post("/strato/v1/schedule", json=body)
+    assert r.status_code == 409
+    assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
+
+
+def test_explain_counts_add_up(client: TestClient) -> None:
+    for i in range(5):
+        host(client, f"small{i}", vcpu=1)
+    for i in range(3):
+        host(client, f"big{i}", vcpu=16, traits=["HW_CPU_X86_AVX2"] if i == 0 else None)
+    r = client.post("/strato/v1/explain", json=req(
+        1, groups=[{"resources": {"VCPU": 4}, "required": ["HW_CPU_X86_AVX2"]}]))
+    assert r.status_code == 200
+    g = r.json()["explain"]["groups"][0]
+    assert g["providers"] == 8
+    assert sum(s["count"] for s in g["removed"]) + g["remaining"] == g["providers"]
+    reasons = {s["reason"]: s["count"] for s in g["removed"]}
+    assert reasons == {"VCPU: short of 4": 5, "trait HW_CPU_X86_AVX2 missing": 2}
+    assert r.json()["placements"] and r.json()["dry_run"]
+
+
+def test_explain_when_nothing_fits(client: TestClient) -> None:
+    host(client, "h", vcpu=2)
+    r = client.post("/strato/v1/explain", json=req(1, vcpu=4))
+    assert r.status_code == 200
+    assert r.json()["placements"] == [] and "VCPU: short of 4" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    (req(1, groups=[{"resources": {"CUSTOM_NOPE": 1}}]), "CUSTOM_NOPE"),
+    (req(1, groups=[{"resources": {"VCPU": 1}, "required": ["CUSTOM_NOPE"]}]), "CUSTOM_NOPE"),
+    (req(1, group="g", constraints=[{"type": "anti_affinity", "level": "galaxy"}]), "galaxy"),
+    (req(1, consumers=["not-a-uuid"]), "consumers"),
+    (req(1, extra_field=1), "extra_field"),
+    (req(1, atomic="yes"), "atomic"),
+])
+def test_bad_requests_are_400_and_claim_nothing(client: TestClient, body: dict[str, Any],
+                                                needle: str) -> None:
+    rp = host(client, "h")
+    r = client.post("/strato/v1/schedule", json=body)
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["errors"][0]["detail"]
+    assert used(client, rp) == 0
+
+
+def test_stale_hosts_are_excluded(client: TestClient) -> None:
+    rp = host(client, "h")
+    r = client.put(f"/strato/v1/providers/{rp}/meta",
+                   json={"location": None, "tags": [], "heartbeat": True})
+    assert r.status_code == 200, r.text
+    r = client.post("/strato/v1/schedule", json=req(1))
+    assert r.status_code == 409
+    assert "stale" in r.json()["errors"][0]["detail"]
+    assert client.post(f"/strato/v1/providers/{rp}/heartbeat", json={}).status_code in (200,
+                                                                                        204)
+    schedule(client, req(1))

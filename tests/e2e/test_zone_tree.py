@@ -1,0 +1,145 @@
+"""A zone tree of real server processes on loopback: registration, both modes,
+a frozen child (SIGSTOP) that times out, a killed child, and their recovery."""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from strato.process import ServerProcess
+from tests.helpers import api
+
+pytestmark = pytest.mark.slow
+
+TIMING = ["--summary-interval", "0.3", "--child-timeout", "1.0"]
+
+
+def zone(tmp: Path, name: str, parent: ServerProcess | None = None,
+         extra: list[str] | None = None, port: int | None = None) -> ServerProcess:
+    args = ["--zone", name, *TIMING, *(extra or [])]
+    if parent is not None:
+        args += ["--parent", parent.url]
+    return ServerProcess(f"sqlite:///{tmp / (name + '.db')}", port=port, extra=args,
+                         log_path=tmp / f"{name}.log")
+
+
+def wait_for(pred: Any, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+def children(c: httpx.Client) -> dict[str, dict[str, Any]]:
+    return {k["name"]: k for k in c.get("/strato/v1/children").json()["children"]}
+
+
+def req(**kw: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"consumers": [str(uuid.uuid4())], "project_id": "p",
+                            "user_id": "u", "groups": [{"resources": {"VCPU": 1}}]}
+    body.update(kw)
+    return body
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
+    root = zone(tmp_path, "global").start()
+    procs = {"global": root}
+    try:
+        procs["dfw"] = zone(tmp_path, "dfw", root, ["--location-prefix", "dfw"]).start()
+        procs["dfw-r1"] = zone(tmp_path, "dfw-r1", procs["dfw"],
+                               ["--location-prefix", "dfw/room1"]).start()
+        procs["ord"] = zone(tmp_path, "ord", root, ["--location-prefix", "ord",
+                                                    "--tag", "hipaa"]).start()
+        for leaf, prefix in (("dfw-r1", "dfw/room1"), ("ord", "ord/room1")):
+            with api.client(procs[leaf].url) as c:
+                for i in range(2):
+                    rp = api.make_provider(c, f"{leaf}-h{i}", {"VCPU": {"total": 8}})
+                    r = c.put(f"/strato/v1/providers/{rp}/meta",
+                              json={"location": f"{prefix}/rack{i}/h{i}", "tags": []})
+                    assert r.status_code == 200, r.text
+        with api.client(root.url) as c:
+            wait_for(lambda: set(children(c)) == {"dfw", "ord"})
+        with api.client(procs["dfw"].url) as c:
+            wait_for(lambda: set(children(c)) == {"dfw-r1"})
+        yield procs
+    finally:
+        for p in procs.values():
+            if p.proc and p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGCONT)
+            p.stop()
+
+
+def test_three_levels_both_modes(tree: dict[str, ServerProcess]) -> None:
+    with api.client(tree["global"].url) as c:
+        r = c.post("/strato/v1/schedule", json=req(constraints=[
+            {"type": "location", "pattern": "dfw/*"}]))
+        assert r.status_code == 200, r.text
+        assert r.json()["placements"][0]["zone"] == "global/dfw/dfw-r1"
+        r = c.post("/strato/v1/schedule", json=req(mode="best", constraints=[
+            {"type": "tags", "required": ["hipaa"]}]))
+        assert r.status_code == 200, r.text
+        p = r.json()["placements"][0]
+        assert p["zone"] == "global/ord"
+    with api.client(tree["ord"].url) as c:
+        got = c.get(f"/allocations/{p['consumer_uuid']}").json()
+        assert got["allocations"][p["provider"]]["resources"] == {"VCPU": 1}
+
+
+def test_frozen_child_times_out_is_skipped_and_recovers(tree: dict[str, ServerProcess]
+                                                        ) -> None:
+    ord_proc = tree["ord"]
+    assert ord_proc.proc is not None
+    ord_proc.proc.send_signal(signal.SIGSTOP)
+    try:
+        with api.client(tree["global"].url) as c:
+            started = time.monotonic()
+            r = c.post("/strato/v1/schedule", json=req(mode="best"))
+            assert r.status_code == 200, r.text
+            assert r.json()["placements"][0]["zone"].startswith("global/dfw")
+            # Bounded by the child timeout, not by the frozen child.
+            assert time.monotonic() - started < 5
+            wait_for(lambda: children(c)["ord"]["health"]["healthy"] is False)
+            r = c.post("/strato/v1/schedule", json=req(constraints=[
+                {"type": "tags", "required": ["hipaa"]}]))
+            assert r.status_code == 409
+    finally:
+        ord_proc.proc.send_signal(signal.SIGCONT)
+    with api.client(tree["global"].url) as c:
+        wait_for(lambda: children(c)["ord"]["health"]["healthy"] is True, timeout=70)
+        r = c.post("/strato/v1/schedule", json=req(constraints=[
+            {"type": "tags", "required": ["hipaa"]}]))
+        assert r.status_code == 200, r.text
+
+
+def test_killed_child_and_restart(tmp_path: Path, tree: dict[str, ServerProcess]) -> None:
+    leaf = tree["dfw-r1"]
+    leaf.kill()
+    with api.client(tree["global"].url) as c:
+        r = c.post("/strato/v1/schedule", json=req())
+        assert r.status_code == 200, r.text
+        assert r.json()["placements"][0]["zone"] == "global/ord"
+        r = c.post("/strato/v1/schedule", json=req(explain=True, constraints=[
+            {"type": "location", "pattern": "dfw/*"}]))
+        assert r.status_code == 409
+        detail = r.json()["errors"][0]["detail"]
+        assert "dfw" in detail
+    # Same database, same port: the zone comes back with its claims and rejoins.
+    again = zone(tmp_path, "dfw-r1", tree["dfw"], ["--location-prefix", "dfw/room1"],
+                 port=leaf.port).start()
+    tree["dfw-r1"] = again
+    with api.client(tree["global"].url) as c:
+        def placed_in_dfw() -> bool:
+            r = c.post("/strato/v1/schedule", json=req(constraints=[
+                {"type": "location", "pattern": "dfw/*"}]))
+            return r.status_code == 200
+        wait_for(placed_in_dfw, timeout=70)

@@ -1,0 +1,89 @@
+"""Engine: excluded providers, and its configuration from values or the environment."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from strato.engine import CandidateRequest, Engine, EngineConfig, RequestGroup
+from strato.engine.service import parse_class_weights
+from strato.store.db import Database
+from tests.engine.cloud import AGG_A, SHARES, Cloud
+
+VCPU1 = CandidateRequest(groups=(RequestGroup(suffix="", resources=(("VCPU", 1),)),))
+WITH_DISK = CandidateRequest(groups=(RequestGroup(
+    suffix="", resources=(("VCPU", 1), ("DISK_GB", 10))),))
+
+
+def _used(engine: Engine, request: CandidateRequest, exclude: set[str] | None = None
+          ) -> list[set[str]]:
+    result = engine.query(request, exclude=exclude or ())
+    return [set(ar.allocations) for ar in result.allocation_requests]
+
+
+def _set(used: list[set[str]]) -> set[frozenset[str]]:
+    return {frozenset(u) for u in used}
+
+
+def test_excluded_providers_are_as_if_absent(client: TestClient,
+                                             sqlite_database: Database) -> None:
+    cloud = Cloud(client)
+    cn1 = cloud.host("cn1", VCPU=8, aggs=(AGG_A,))
+    cn2 = cloud.host("cn2", VCPU=8, aggs=(AGG_A,))
+    nfs = cloud.host("nfs", DISK_GB=100, traits=(SHARES,), aggs=(AGG_A,))
+    engine = Engine(sqlite_database)
+    try:
+        assert _set(_used(engine, WITH_DISK)) == {frozenset({cn1, nfs}), frozenset({cn2, nfs})}
+        assert _used(engine, VCPU1, {cn1}) == [{cn2}]
+        assert _used(engine, WITH_DISK, {nfs}) == []
+        # Uuids the index does not know are ignored.
+        unknown = {"00000000-0000-4000-8000-000000000000"}
+        assert _set(_used(engine, VCPU1, unknown)) == {frozenset({cn1}), frozenset({cn2})}
+        # The engine's own view of the index is not changed by an exclusion.
+        assert len(_used(engine, VCPU1)) == 2
+    finally:
+        engine.close()
+
+
+def test_exclusion_mask_follows_new_providers(client: TestClient,
+                                              sqlite_database: Database) -> None:
+    cloud = Cloud(client)
+    cn1 = cloud.host("cn1", VCPU=8)
+    engine = Engine(sqlite_database)
+    try:
+        stale = {cn1}
+        assert _used(engine, VCPU1, stale) == []
+        # A provider created later gets a new row; the same exclusion set must
+        # still cover cn1 and not hide the newcomer.
+        cn2 = cloud.host("cn2", VCPU=8)
+        assert _used(engine, VCPU1, stale) == [{cn2}]
+        assert _used(engine, VCPU1, {cn1, cn2}) == []
+    finally:
+        engine.close()
+
+
+def test_config_values_win_over_the_environment() -> None:
+    env = {"STRATO_WEIGHER": "pack", "STRATO_CLASS_WEIGHTS": "VCPU:2, MEMORY_MB:0.5",
+           "STRATO_RANDOMIZE_CANDIDATES": "true", "STRATO_MAX_CANDIDATES": "50"}
+    from_env = EngineConfig.from_env(env)
+    assert (from_env.weigher.name, dict(from_env.weigher.class_weights),
+            from_env.weigher.randomize, from_env.max_candidates) == (
+        "pack", {"VCPU": 2.0, "MEMORY_MB": 0.5}, True, 50)
+    given = EngineConfig.from_env(env, weigher="spread", class_weights={}, randomize=False,
+                                  max_candidates=-1)
+    assert (given.weigher.name, dict(given.weigher.class_weights), given.weigher.randomize,
+            given.max_candidates) == ("spread", {}, False, -1)
+    default = EngineConfig.from_env({})
+    assert (default.weigher.name, default.weigher.randomize, default.max_candidates) == (
+        "spread", False, -1)
+
+
+@pytest.mark.parametrize("bad", ["VCPU", "VCPU:x", ":2"])
+def test_malformed_class_weights_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_class_weights(bad)
+
+
+def test_unknown_weigher_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown weigher"):
+        EngineConfig.from_env({}, weigher="random")

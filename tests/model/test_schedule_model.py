@@ -1,0 +1,58 @@
+"""The schedule request model: what it accepts, and the field every refusal names."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from pydantic import ValidationError
+
+from strato.model.location import location_matches, location_pattern
+from strato.model.schedule import ScheduleRequest
+
+
+def body(**kw: object) -> dict[str, object]:
+    base: dict[str, object] = {"consumers": [str(uuid.uuid4())], "project_id": "p",
+                               "user_id": "u", "groups": [{"resources": {"VCPU": 1}}]}
+    base.update(kw)
+    return base
+
+
+def test_minimal_request_and_defaults() -> None:
+    r = ScheduleRequest.model_validate(body())
+    assert r.atomic and not r.dry_run and r.weigher.name == "spread"
+    assert r.suffixed_groups()[0][0] == ""
+
+
+@pytest.mark.parametrize(("patch", "field"), [
+    ({"consumers": []}, "consumers"),
+    ({"consumers": ["nope"]}, "consumers"),
+    ({"groups": [{"resources": {}}]}, "groups"),
+    ({"groups": [{"resources": {"VCPU": 0}}]}, "groups"),
+    ({"groups": [{"resources": {"vcpu": 1}}]}, "groups"),
+    ({"bogus": 1}, "bogus"),
+    ({"constraints": [{"type": "location", "pattern": "a//b"}]}, "constraints"),
+    ({"constraints": [{"type": "tags"}]}, "constraints"),
+    ({"constraints": [{"type": "anti_affinity", "level": "rack"}]}, "anti_affinity"),
+    ({"constraints": [{"type": "nope"}]}, "constraints"),
+    ({"constraints": [{"type": "tags", "required": ["x"], "weight": 0}]}, "weight"),
+    ({"groups": [{"resources": {"VCPU": 1}}, {"resources": {"VCPU": 1}},
+                 {"resources": {"VCPU": 1}}]}, "group_policy"),
+])
+def test_bad_requests_name_the_field(patch: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError) as exc:
+        ScheduleRequest.model_validate(body(**patch))
+    assert field in str(exc.value)
+
+
+def test_location_patterns() -> None:
+    loc = ("dfw", "room1", "rack1", "machine1")
+    assert location_matches(location_pattern("dfw/room1/*"), loc)
+    assert location_matches(location_pattern("dfw/room1"), loc)
+    assert location_matches(location_pattern("dfw/*/rack1"), loc)
+    assert location_matches(location_pattern("dfw/room*"), loc)
+    assert not location_matches(location_pattern("ord/*"), loc)
+    assert location_matches(location_pattern("machine1.rack1.room1.dfw"), loc)
+    assert not location_matches(location_pattern("rack1.room1.dfw"), loc)
+    assert not location_matches(location_pattern("dfw/room1/rack1/machine1/x"), loc)
+    assert not location_matches(location_pattern("dfw"), None)

@@ -1,0 +1,238 @@
+"""A placement across zones: compute in a cell, disk from a pool at the root.
+
+Atomic through provisional claims; a crash at each step of the protocol
+leaves, once holds expire and recovery runs, no orphan and no double claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from strato.model.schedule import RequestGroupSpec, ScheduleRequest
+from strato.sim.invariants import assert_databases
+from strato.store import provisional
+from strato.store.schema import provisional_claims
+from strato.zone import shared
+from strato.zone.inprocess import InProcessTree, ZoneSpec, build
+from strato.zone.tree import ZoneTree
+
+AGG = str(uuid.uuid4())
+ZONES = [ZoneSpec("global"), ZoneSpec("c1", parent="global", location_prefix="dfw"),
+         ZoneSpec("c2", parent="global", location_prefix="ord")]
+
+
+async def provider(c: Any, name: str, inventories: dict[str, Any], *,
+                   traits: list[str] | None = None, aggs: list[str] | None = None) -> str:
+    rp = (await c.post("/resource_providers", json={"name": name})).json()
+    gen = (await c.put(f"/resource_providers/{rp['uuid']}/inventories", json={
+        "resource_provider_generation": 0, "inventories": inventories})).json()[
+        "resource_provider_generation"]
+    if traits:
+        gen = (await c.put(f"/resource_providers/{rp['uuid']}/traits", json={
+            "traits": traits, "resource_provider_generation": gen})).json()[
+            "resource_provider_generation"]
+    if aggs:
+        r = await c.put(f"/resource_providers/{rp['uuid']}/aggregates", json={
+            "aggregates": aggs, "resource_provider_generation": gen})
+        assert r.status_code == 200, r.text
+    return str(rp["uuid"])
+
+
+async def make(tmp: Path) -> tuple[InProcessTree, str]:
+    tree = build(tmp, ZONES)
+    await tree.link()
+    pool = await provider(tree.client("global"), "disk-pool", {"DISK_GB": {"total": 1000}},
+                          traits=["MISC_SHARES_VIA_AGGREGATE"], aggs=[AGG])
+    for i in range(2):
+        await provider(tree.client("c1"), f"c1-h{i}", {"VCPU": {"total": 8}}, aggs=[AGG])
+        await provider(tree.client("c2"), f"c2-h{i}", {"VCPU": {"total": 8}})
+    await tree.apps["global"].state.tree.refresh(fresh=True)
+    return tree, pool
+
+
+def body(n: int = 1, disk: int = 100) -> dict[str, Any]:
+    return {"consumers": [str(uuid.uuid4()) for _ in range(n)], "project_id": "p",
+            "user_id": "u", "groups": [{"resources": {"VCPU": 1, "DISK_GB": disk}}]}
+
+
+def run(tmp: Path, scenario: Callable[[InProcessTree, str], Awaitable[None]]) -> None:
+    async def main() -> None:
+        tree, pool = await make(tmp)
+        try:
+            await scenario(tree, pool)
+        finally:
+            await tree.aclose()
+    asyncio.run(main())
+
+
+def zone_tree(tree: InProcessTree, name: str) -> ZoneTree:
+    zt: ZoneTree = tree.apps[name].state.tree
+    return zt
+
+
+async def allocations(tree: InProcessTree, zone: str, consumer: str) -> dict[str, Any]:
+    got: dict[str, Any] = (await tree.client(zone).get(f"/allocations/{consumer}")).json()
+    return dict(got["allocations"])
+
+
+def pending(tree: InProcessTree, zone: str) -> list[provisional.Pending]:
+    with tree.dbs[zone].read() as conn:
+        return provisional.all_pending(conn)
+
+
+def expire_all(tree: InProcessTree, zone: str) -> None:
+    with tree.dbs[zone].write() as conn:
+        conn.execute(sa.update(provisional_claims).values(
+            expires_at=sa.func.datetime("now", "-1 hour")))
+
+
+def check(tree: InProcessTree) -> None:
+    names = list(tree.dbs)
+    assert_databases([tree.dbs[n] for n in names], names)
+
+
+def test_compute_in_a_cell_and_disk_at_the_root(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        b = body(2)
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 200, r.text
+        for p in r.json()["placements"]:
+            assert p["zone"] == "global/c1"  # only c1's hosts are in the pool's aggregate
+            assert p["allocations"][pool]["resources"] == {"DISK_GB": 100}
+            at_root = await allocations(tree, "global", p["consumer_uuid"])
+            assert at_root[pool]["resources"] == {"DISK_GB": 100}
+            in_cell = await allocations(tree, "c1", p["consumer_uuid"])
+            assert next(iter(in_cell.values()))["resources"] == {"VCPU": 1}
+        assert pending(tree, "global") == [] and pending(tree, "c1") == []
+        check(tree)
+    run(tmp_path, scenario)
+
+
+def test_best_mode_holds_the_cell_part_too(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        r = await tree.client("global").post("/strato/v1/schedule",
+                                             json={**body(1), "mode": "best"})
+        assert r.status_code == 200, r.text
+        p = r.json()["placements"][0]
+        assert p["zone"] == "global/c1" and pool in p["allocations"]
+        assert pending(tree, "global") == [] and pending(tree, "c1") == []
+        check(tree)
+    run(tmp_path, scenario)
+
+
+def test_pool_exhaustion_leaves_nothing_held(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        for _ in range(2):
+            r = await tree.client("global").post("/strato/v1/schedule", json=body(1, 400))
+            assert r.status_code == 200, r.text
+        r = await tree.client("global").post("/strato/v1/schedule", json=body(1, 400))
+        assert r.status_code == 409
+        # No VCPU left in c1 either: the disk hold must be released again.
+        for _ in range(14):
+            await tree.client("global").post("/strato/v1/schedule", json=body(1, 10))
+        r = await tree.client("global").post("/strato/v1/schedule", json=body(1, 10))
+        assert r.status_code == 409
+        assert pending(tree, "global") == [] and pending(tree, "c1") == []
+        check(tree)
+    run(tmp_path, scenario)
+
+
+def _sub(req: ScheduleRequest, ttl: float) -> ScheduleRequest:
+    return req.model_copy(update={
+        "groups": [RequestGroupSpec(resources={"VCPU": 1}, member_of=[[AGG]])],
+        "hold_ttl": ttl})
+
+
+async def _hold_both(tree: InProcessTree, pool: str) -> tuple[ZoneTree, ScheduleRequest,
+                                                              dict[str, Any]]:
+    root = zone_tree(tree, "global")
+    req = ScheduleRequest.model_validate(body(1))
+    await asyncio.to_thread(root.local.hold_shared, list(req.consumers), pool,
+                            {"DISK_GB": 100}, req, 30.0)
+    answer = await root.decide_children(_sub(req, 30.0), [])
+    assert answer is not None
+    return root, req, answer
+
+
+def test_crash_after_the_root_held_its_part(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root = zone_tree(tree, "global")
+        req = ScheduleRequest.model_validate(body(1))
+        await asyncio.to_thread(root.local.hold_shared, list(req.consumers), pool,
+                                {"DISK_GB": 100}, req, 30.0)
+        # ... the root dies here; on restart its hold has expired.
+        expire_all(tree, "global")
+        assert (await shared.recover(root))["released"] == 1
+        assert await allocations(tree, "global", req.consumers[0]) == {}
+        check(tree)
+    run(tmp_path, scenario)
+
+
+def test_crash_after_both_held_before_the_decision(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root, req, _ = await _hold_both(tree, pool)
+        expire_all(tree, "global")
+        expire_all(tree, "c1")
+        await shared.recover(root)
+        await shared.recover(zone_tree(tree, "c1"))
+        for z in ("global", "c1"):
+            assert await allocations(tree, z, req.consumers[0]) == {}
+        check(tree)
+    run(tmp_path, scenario)
+
+
+def test_crash_after_the_decision_is_finished_by_recovery(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root, req, answer = await _hold_both(tree, pool)
+        parts = shared._remote_parts(root, answer)
+        with tree.dbs["global"].write() as conn:
+            assert provisional.mark_committing(conn, list(req.consumers), parts)
+        # ... the root dies before confirming the cell; recovery finishes.
+        assert (await shared.recover(root))["finished"] == 1
+        assert await allocations(tree, "global", req.consumers[0])
+        assert await allocations(tree, "c1", req.consumers[0])
+        assert pending(tree, "global") == [] and pending(tree, "c1") == []
+        # A later expiry round changes nothing: the parts are permanent.
+        await shared.recover(zone_tree(tree, "c1"))
+        assert await allocations(tree, "c1", req.consumers[0])
+        check(tree)
+    run(tmp_path, scenario)
+
+
+def test_decided_but_the_cell_part_expired_first(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root, req, answer = await _hold_both(tree, pool)
+        parts = shared._remote_parts(root, answer)
+        with tree.dbs["global"].write() as conn:
+            assert provisional.mark_committing(conn, list(req.consumers), parts)
+        expire_all(tree, "c1")
+        await shared.recover(zone_tree(tree, "c1"))  # the cell releases its part
+        await shared.recover(root)  # the confirm is refused: the root undoes its part
+        for z in ("global", "c1"):
+            assert await allocations(tree, z, req.consumers[0]) == {}
+        assert pending(tree, "global") == []
+        check(tree)
+    run(tmp_path, scenario)
+
+
+def test_crash_after_the_cell_confirmed(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root, req, answer = await _hold_both(tree, pool)
+        parts = shared._remote_parts(root, answer)
+        with tree.dbs["global"].write() as conn:
+            assert provisional.mark_committing(conn, list(req.consumers), parts)
+        r = await tree.client("global").post("/strato/v1/claims/confirm", json={
+            "path": [parts[0]["child"], *parts[0]["path"]], "consumers": list(req.consumers)})
+        assert r.status_code == 200, r.text
+        # ... the root dies before marking its own part done.
+        assert (await shared.recover(root))["finished"] == 1
+        assert await allocations(tree, "global", req.consumers[0])
+        assert await allocations(tree, "c1", req.consumers[0])
+        check(tree)
+    run(tmp_path, scenario)
