@@ -515,13 +515,39 @@ def rejections_table(results: Sequence[Result]) -> Table:
 def children_table(client: httpx.Client, zp: ZoneProcesses, parent: str) -> Table:
     got = _ok(client.get(zp.url(parent) + "/strato/v1/children"), 200)["children"]
     t = Table(title=f"GET /strato/v1/children at {parent}")
-    for col in ("child", "healthy", "failures", "last error", "next probe in s"):
+    for col in ("child", "healthy", "failures", "last error", "next probe in s", "in doubt"):
         t.add_column(col)
     for k in got:
         h = k["health"]
         t.add_row(k["name"], "[green]yes" if h["healthy"] else "[red]no", str(h["failures"]),
-                  str(h["last_error"] or ""), str(h["next_probe_in"] or ""))
+                  str(h["last_error"] or ""), str(h["next_probe_in"] or ""),
+                  str(k.get("in_doubt", 0)))
     return t
+
+
+def in_doubt_at(client: httpx.Client, zp: ZoneProcesses, parent: str, child: str) -> int:
+    got = _ok(client.get(zp.url(parent) + "/strato/v1/children"), 200)["children"]
+    return sum(int(k.get("in_doubt", 0)) for k in got if k["name"] == child)
+
+
+def restart_and_settle(client: httpx.Client, zp: ZoneProcesses, parent: str,
+                       console: Console, timeout: float = 60.0) -> None:
+    """Start the killed cell again on its own database: it registers with its
+    parent, which then cancels there every claim whose answer the kill lost."""
+    doubt = in_doubt_at(client, zp, parent, KILLED)
+    t0 = time.perf_counter()
+    zp.procs[KILLED].start(60.0)
+    deadline = time.monotonic() + timeout
+    while in_doubt_at(client, zp, parent, KILLED) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = in_doubt_at(client, zp, parent, KILLED)
+    proc = zp.procs[KILLED].proc
+    console.print(
+        f"restarted {KILLED} on its own database (pid {proc.pid if proc else '-'}): it "
+        f"registered again with {parent}, "
+        f"which cancelled there the {doubt} request(s) whose answers the kill had lost "
+        f"(committed in {KILLED}, placed elsewhere since) in {time.perf_counter() - t0:.1f}s"
+        + (f"; [red]{left} still in doubt[/]" if left else ""))
 
 
 def invariants(zp: ZoneProcesses, live: set[str]) -> list[Violation]:
@@ -674,6 +700,7 @@ def run_demo(providers: int = 2000, requests: int = 500, keep: bool = False,
             killed_parent = next(z.parent for z in zp.zones if z.name == KILLED)
             assert killed_parent is not None
             console.print(children_table(client, zp, killed_parent))
+            restart_and_settle(client, zp, killed_parent, console)
         live = {c for r in results if r.ok for c in r.consumers}
         found = invariants(zp, live)
         if found:

@@ -48,3 +48,26 @@ def finish(conn: Connection, request_id: str, status: int, body: dict[str, Any])
     conn.execute(sa.update(schedule_requests)
                  .where(schedule_requests.c.request_id == request_id)
                  .values(status=status, response=orjson.dumps(body).decode()))
+
+
+CANCELLED = 410
+
+
+def cancel(conn: Connection, request_id: str) -> dict[str, Any] | None:
+    """Mark `request_id` cancelled (idempotent). Returns the answer it had if it
+    had placed something (status 200), for the caller to undo; None otherwise.
+
+    A request that never arrived leaves a tombstone: if it arrives later, it
+    is refused rather than placed.
+    """
+    body = {"detail": "request cancelled by the parent zone, which lost its answer "
+                      "(timeout or broken connection) and placed it elsewhere"}
+    if reserve(conn, request_id):
+        finish(conn, request_id, CANCELLED, body)
+        return None
+    found = get_answer(conn, request_id)
+    if found is None or found[0] == CANCELLED:
+        return None
+    status, answer = found
+    finish(conn, request_id, CANCELLED, {**body, "cancelled_status": status})
+    return answer if status == 200 else None

@@ -227,6 +227,24 @@ children = sa.Table(
 # (its allocations are released) unless confirmed before `expires_at`. The
 # coordinating zone also records the remote parts it must confirm, so that
 # after a crash it can finish (or undo) what it decided.
+# Strato: requests sent to a child that may have acted on them without this
+# zone learning the answer (timeout, connection lost after sending). The
+# child is asked to cancel each one when it answers again.
+in_doubt = sa.Table(
+    "strato_in_doubt",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("child", sa.String(255), nullable=False, index=True),
+    # The request id the child knows the request by.
+    sa.Column("request_id", sa.String(255), nullable=False),
+    sa.Column("consumers", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime, nullable=True),
+    sa.UniqueConstraint("child", "request_id", name="uq_strato_in_doubt"),
+)
+
 provisional_claims = sa.Table(
     "strato_provisional_claims",
     metadata,

@@ -21,6 +21,7 @@ from strato.config import Settings
 from strato.store.db import Database
 from strato.store.migrate import upgrade
 from strato.zone.transport import HEADERS, InProcessTransport
+from strato.zone.tree import ZoneTree
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,17 @@ class InProcessTree:
 
     def revive(self, name: str) -> None:
         self.transport.down.discard(self.url(name))
+        self.transport.lose_answers = {k for k in self.transport.lose_answers
+                                       if k.split()[0] != self.url(name)}
+
+    def lose_answers(self, name: str, path: str | None = None) -> None:
+        """Calls to the zone (or to one of its routes) run, but their answers are
+        lost: a request in doubt, as when a process dies after its commit."""
+        self.transport.lose_answers.add(self.url(name) + (f" {path}" if path else ""))
+
+    def zone_tree(self, name: str) -> ZoneTree:
+        tree: ZoneTree = self.apps[name].state.tree
+        return tree
 
     async def aclose(self) -> None:
         for c in self._clients.values():

@@ -341,22 +341,54 @@ class LocalScheduler:
                 raise _LostRace()
 
     def claim_placements(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Claim exactly the given placements (a parent zone chose them): all or nothing."""
+        """Claim exactly the given placements (a parent zone chose them): all or
+        nothing. With a `request_id`, a repeat answers as the first did."""
         claims = [ConsumerClaim(
             consumer_uuid=p["consumer_uuid"],
             allocations={rp: dict(a["resources"]) for rp, a in p["allocations"].items()},
             project_id=body["project_id"], user_id=body["user_id"],
             consumer_type=body.get("consumer_type"), generation=None)
             for p in body["placements"]]
+        request_id = body.get("request_id")
         with self.db.write() as conn:
+            if request_id is not None and not schedule_requests.reserve(conn, request_id):
+                found = schedule_requests.get_answer(conn, request_id)
+                if found is None or found[0] != 200:
+                    raise errors.Conflict(
+                        f"request_id {request_id} was cancelled or is in progress",
+                        errors.CONCURRENT_UPDATE)
+                return {**found[1], "replayed": True}
             result = claim(conn, claims)
             if body.get("hold_ttl"):
                 provisional.hold(conn, [c.consumer_uuid for c in claims],
                                  float(body["hold_ttl"]))
             if body.get("group"):
                 group_store.add_members(conn, body["group"], [c.consumer_uuid for c in claims])
-        return {"claimed": [c.consumer_uuid for c in claims],
-                "providers": list(result.touched_providers)}
+            answer = {"claimed": [c.consumer_uuid for c in claims],
+                      "providers": list(result.touched_providers),
+                      "placements": [{"consumer_uuid": c.consumer_uuid, "zone": self.zone}
+                                     for c in claims]}
+            if request_id is not None:
+                schedule_requests.finish(conn, request_id, 200, answer)
+        return answer
+
+    def cancel_request(self, request_id: str) -> dict[str, Any] | None:
+        """Undo what `request_id` placed on this zone's own providers (a parent
+        lost the answer and placed it elsewhere), or make sure it never will.
+
+        Returns the request's answer as it was (None if it had placed nothing
+        or never arrived): a routing zone forwards the cancel along it.
+        """
+        with self.db.write() as conn:
+            answer = schedule_requests.cancel(conn, request_id)
+            if answer is None:
+                return None
+            mine = [str(p["consumer_uuid"]) for p in answer.get("placements", [])
+                    if p.get("zone") == self.zone]
+            if mine:
+                claim(conn, [ConsumerClaim(c, {}) for c in mine])
+                provisional.done(conn, mine)
+        return {**answer, "released": mine}
 
     def _replay(self, found: tuple[int, dict[str, Any]]) -> dict[str, Any]:
         status, body = found

@@ -7,7 +7,11 @@
 
 Both answer ``Reply(status, body)`` or raise ``Unreachable`` (connection
 refused, timeout, protocol error): the caller marks the zone unhealthy and
-goes on elsewhere.
+goes on elsewhere. ``Unreachable.maybe_delivered`` tells the two kinds of
+failure apart: a refused connection never reached the zone, but a timeout or
+a connection broken after the request was sent may hide a claim the zone
+committed. A caller that goes elsewhere after such a failure must record it
+as in doubt and cancel it at the zone when the zone answers again.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ HEADERS = {"openstack-api-version": "placement 1.39", "x-strato-zone-protocol": 
 class Unreachable(Exception):
     """The zone did not answer (refused, timed out, broke the connection)."""
 
-    def __init__(self, url: str, why: str) -> None:
+    def __init__(self, url: str, why: str, *, maybe_delivered: bool = False) -> None:
         super().__init__(f"{url}: {why}")
         self.url = url
         self.why = why
+        # True when the zone may have received (and acted on) the request.
+        self.maybe_delivered = maybe_delivered
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +78,15 @@ class HttpTransport:
                 method, url.rstrip("/") + path, headers=_headers(token),
                 content=orjson.dumps(json) if json is not None else None,
                 timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)))
-        except httpx.TimeoutException:
-            raise Unreachable(url, f"timed out after {timeout:g}s") from None
-        except httpx.HTTPError as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # Never connected: the zone cannot have seen the request.
             raise Unreachable(url, f"{type(exc).__name__}: {exc}") from None
+        except httpx.TimeoutException:
+            raise Unreachable(url, f"timed out after {timeout:g}s",
+                              maybe_delivered=True) from None
+        except httpx.HTTPError as exc:
+            raise Unreachable(url, f"{type(exc).__name__}: {exc}",
+                              maybe_delivered=True) from None
         return _decode(resp)
 
     async def aclose(self) -> None:
@@ -89,6 +100,10 @@ class InProcessTransport:
         self._apps: dict[str, Any] = {}
         self._clients: dict[str, httpx.AsyncClient] = {}
         self.down: set[str] = set()
+        # Fault injection: calls to these zones ("inproc://x") or to one route of
+        # them ("inproc://x /strato/v1/claims") run, then their answer is lost
+        # (as when a zone dies between its commit and its reply).
+        self.lose_answers: set[str] = set()
 
     def register(self, url: str, app: Any) -> None:
         self._apps[url.rstrip("/")] = app
@@ -110,9 +125,14 @@ class InProcessTransport:
                                content=orjson.dumps(json) if json is not None else None),
                 timeout)
         except TimeoutError:
-            raise Unreachable(url, f"timed out after {timeout:g}s") from None
+            raise Unreachable(url, f"timed out after {timeout:g}s",
+                              maybe_delivered=True) from None
         except httpx.HTTPError as exc:
-            raise Unreachable(url, f"{type(exc).__name__}: {exc}") from None
+            raise Unreachable(url, f"{type(exc).__name__}: {exc}",
+                              maybe_delivered=True) from None
+        if key in self.lose_answers or f"{key} {path}" in self.lose_answers:
+            raise Unreachable(url, "connection reset after the request was sent",
+                              maybe_delivered=True)
         return _decode(resp)
 
     async def aclose(self) -> None:

@@ -15,15 +15,24 @@ children (by URL, with a cached summary each). A schedule request:
 A child that does not answer in time is marked unhealthy and skipped until
 a probe (with backoff) finds it answering again. Nothing here is the truth
 for any claim: the owning zone's store is.
+
+A claiming request whose answer was lost after it was sent (timeout, broken
+connection) is *in doubt*: the child may have committed it. The zone records
+it (``store.in_doubt``) before going on elsewhere, and asks the child to
+cancel it, by request id, as soon as the child answers again; the child
+undoes the claim or, if the request never arrived, refuses it should it
+arrive late. So a consumer is never left placed in two zones.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import random
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +43,7 @@ from strato.model import errors
 from strato.model.location import location_matches, location_pattern
 from strato.model.schedule import LocationRule, ScheduleRequest, TagsRule
 from strato.store import children as child_store
-from strato.store import schedule_requests
+from strato.store import in_doubt, schedule_requests
 from strato.store.children import Child
 from strato.store.db import Database
 from strato.zone import shared
@@ -95,7 +104,8 @@ class Cached:
 @dataclass(slots=True)
 class Outcome:
     zone: str
-    outcome: str  # pruned | unhealthy | no_valid_placement | timeout | unreachable | error
+    # pruned | unhealthy | no_valid_placement | timeout | unreachable | in_doubt | error
+    outcome: str
     reason: str
     explain: dict[str, Any] | None = None
 
@@ -129,6 +139,10 @@ class ZoneTree:
     cache: dict[str, Cached] = field(default_factory=dict)
     _kids: tuple[float, list[Child]] | None = None
     _own: tuple[float, bool] | None = None
+    # Children with requests in doubt (None: not read from the store yet).
+    _doubtful: set[str] | None = None
+    _reconciling: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     # -- children --------------------------------------------------------------------
 
@@ -168,8 +182,11 @@ class ZoneTree:
         if reply.status != 200 or not isinstance(reply.body, dict):
             h.failed(f"summary answered {reply.status}")
             return None
+        was_down = not h.healthy
         h.ok()
         self.cache[child.name] = Cached(reply.body, time.monotonic())
+        if was_down and self._doubtful and child.name in self._doubtful:
+            self.spawn(self.reconcile(child.name))
         return reply.body
 
     async def refresh(self, kids: Sequence[Child] | None = None, *, only_stale: bool = False,
@@ -184,13 +201,111 @@ class ZoneTree:
             await asyncio.gather(*(self.fetch_summary(c, fresh=fresh) for c in todo))
 
     async def run_refresher(self) -> None:
-        """Background loop (HTTP servers): keep summaries and health fresh."""
+        """Background loop (HTTP servers): keep summaries and health fresh, and
+        cancel requests left in doubt at children that answer again."""
         while True:
             try:
                 await self.refresh()
+                if self._doubtful is None or self._doubtful:
+                    await self.reconcile()
             except Exception:  # keep the loop alive whatever one round does
                 log.exception("summary refresh failed")
             await asyncio.sleep(self.config.summary_interval)
+
+    def spawn(self, coro: Any) -> None:
+        """Run `coro` in the background (kept referenced until it ends)."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- requests in doubt ---------------------------------------------------------------
+
+    async def note_in_doubt(self, child: str, request_id: str, consumers: Sequence[str],
+                            why: str) -> None:
+        """Record, durably and before going elsewhere, that `child` may have
+        acted on `request_id`."""
+        def write() -> None:
+            with self.db.write() as conn:
+                in_doubt.add(conn, child, request_id, consumers, why)
+        await run_in_threadpool(write)
+        if self._doubtful is None:
+            self._doubtful = set()
+        self._doubtful.add(child)
+        log.warning("request %s is in doubt at child %s (%s): cancelled there when it "
+                    "answers again", request_id, child, why)
+
+    async def in_doubt_counts(self) -> dict[str, int]:
+        def read() -> dict[str, int]:
+            with self.db.read() as conn:
+                return in_doubt.counts(conn)
+        counts = await run_in_threadpool(read)
+        self._doubtful = set(counts)
+        return counts
+
+    async def reconcile(self, only: str | None = None) -> int:
+        """Ask children that answer to cancel the requests in doubt there.
+        Returns how many were settled; the rest wait for the next round."""
+        async with self._reconciling:
+            def read() -> list[in_doubt.InDoubt]:
+                with self.db.read() as conn:
+                    return in_doubt.pending(conn, only)
+            rows = await run_in_threadpool(read)
+            kids = {c.name: c for c in await self.children()}
+            settled = 0
+            down: set[str] = set()
+            for row in rows:
+                child = kids.get(row.child)
+                if child is None or row.child in down:
+                    continue  # removed (kept for the operator) or not answering
+                why = await self._send_cancel(child, row.request_id)
+                if why is None:
+                    settled += 1
+                    await run_in_threadpool(self._settle, row.id, None)
+                    log.info("request %s cancelled at child %s", row.request_id, row.child)
+                else:
+                    down.add(row.child)
+                    await run_in_threadpool(self._settle, row.id, why)
+            await self.in_doubt_counts()
+            return settled
+
+    def _settle(self, row_id: int, error: str | None) -> None:
+        with self.db.write() as conn:
+            if error is None:
+                in_doubt.resolved(conn, row_id)
+            else:
+                in_doubt.attempt_failed(conn, row_id, error)
+
+    async def _send_cancel(self, child: Child, request_id: str) -> str | None:
+        """None once `child` confirmed the cancel, else why not."""
+        try:
+            reply = await self.transport.call(
+                child.url, "POST", "/strato/v1/requests/cancel", token=child.credential,
+                json={"request_id": request_id}, timeout=self.config.child_timeout)
+        except Unreachable as exc:
+            self._health(child.name).failed(exc.why)
+            return exc.why
+        self._health(child.name).ok()
+        if reply.status != 200:
+            return f"cancel answered {reply.status}: {_error(reply.body).get('detail', '')}"
+        return None
+
+    async def cancel(self, request_id: str) -> dict[str, Any]:
+        """Our parent lost the answer to `request_id`: undo what it placed here
+        (or refuse it if it comes late), and pass the cancel to every child
+        (which may have got it as ``{request_id}@{this zone}``)."""
+        answer = await run_in_threadpool(self.local.cancel_request, request_id)
+        sub = child_request_id(request_id, self.config.name)
+        kids = await self.children()
+        whys = await asyncio.gather(*(self._send_cancel(c, sub) for c in kids))
+        deferred = []
+        for c, why in zip(kids, whys, strict=True):
+            if why is not None:
+                deferred.append(c.name)
+                await self.note_in_doubt(c.name, sub, [], f"cancel not delivered: {why}")
+        return {"request_id": request_id,
+                "released": [] if answer is None else answer.get("released", []),
+                "forwarded": [c.name for c in kids if c.name not in deferred],
+                "deferred": deferred}
 
     # -- summary -------------------------------------------------------------------------
 
@@ -239,10 +354,15 @@ class ZoneTree:
             if own is None:
                 return only
             return {**only, "zone_summary": await self.summary(own=own)}
-        if req.request_id is not None:
-            found = await run_in_threadpool(self._stored, req.request_id)
+        client_id = req.request_id
+        if client_id is not None and req.hops == 0:
+            found = await run_in_threadpool(self._stored, client_id)
             if found is not None:
                 return found
+        if not req.dry_run and client_id is None:
+            # Children get a request id even when the caller gave none: a
+            # request in doubt at a child is cancelled by it.
+            req = req.model_copy(update={"request_id": f"auto-{uuid.uuid4().hex}"})
         await self.refresh(kids, only_stale=True)
         outcomes: list[Outcome] = []
         answer = None
@@ -270,8 +390,11 @@ class ZoneTree:
         if req.explain:
             answer["explain"] = {"zone": self.config.name, "placed_by": answer.get("explain"),
                                  "children": [o.as_dict() for o in outcomes]}
-        if req.request_id is not None and not req.dry_run:
-            await run_in_threadpool(self._store, req.request_id, answer)
+        answer["request_id"] = client_id
+        if client_id is not None and req.hops == 0 and not req.dry_run:
+            # Only the zone the caller asked keeps the answer for a repeat; a
+            # parent never repeats a request to its child.
+            await run_in_threadpool(self._store, client_id, answer)
         return await self._with_summary(req, answer)
 
     async def _with_summary(self, req: ScheduleRequest, answer: dict[str, Any]
@@ -345,8 +468,8 @@ class ZoneTree:
 
     async def _ask(self, child: Child, req: ScheduleRequest) -> dict[str, Any] | Outcome:
         """One schedule call to a child: its answer, or why it failed."""
-        body = req.model_copy(update={"hops": req.hops + 1, "request_id": (
-            None if req.request_id is None else f"{req.request_id}@{self.config.name}")})
+        body = req.model_copy(update={"hops": req.hops + 1,
+                                      "request_id": self._child_id(req.request_id)})
         h = self._health(child.name)
         try:
             reply = await self.transport.call(
@@ -354,6 +477,10 @@ class ZoneTree:
                 json=body.model_dump(mode="json"), timeout=self.config.child_timeout)
         except Unreachable as exc:
             h.failed(exc.why)
+            if exc.maybe_delivered and not req.dry_run and body.request_id is not None:
+                await self.note_in_doubt(child.name, body.request_id, req.consumers, exc.why)
+                return Outcome(child.name, "in_doubt", f"{exc.why}; whatever it claimed is "
+                               "cancelled when it answers again")
             kind = "timeout" if "timed out" in exc.why else "unreachable"
             return Outcome(child.name, kind, exc.why)
         h.ok()
@@ -443,14 +570,17 @@ class ZoneTree:
         """Claim exactly `plan` at the zone that owns it ("go with allocate")."""
         placements = plan.get("placements", [])
         path = str(placements[0]["zone"]).split("/")[1:] if placements else []
+        child_id = self._child_id(req.request_id)
         body = {"path": path, "project_id": req.project_id, "user_id": req.user_id,
                 "consumer_type": req.consumer_type, "group": req.group,
-                "hold_ttl": req.hold_ttl,
+                "hold_ttl": req.hold_ttl, "request_id": child_id,
                 "placements": [{"consumer_uuid": p["consumer_uuid"],
                                 "allocations": p["allocations"]} for p in placements]}
         if name == LOCAL:
             try:
-                await run_in_threadpool(self.local.claim_placements, body)
+                # Kept under the request's own id, as a local schedule would be.
+                await run_in_threadpool(self.local.claim_placements,
+                                        {**body, "request_id": req.request_id})
             except errors.Conflict as exc:
                 return Outcome(LOCAL, "conflict", exc.detail)
             return self._prefixed({**plan, "dry_run": False}, LOCAL)
@@ -461,6 +591,11 @@ class ZoneTree:
                                               timeout=self.config.child_timeout)
         except Unreachable as exc:
             self._health(name).failed(exc.why)
+            if exc.maybe_delivered and child_id is not None:
+                await self.note_in_doubt(name, child_id,
+                                         [p["consumer_uuid"] for p in placements], exc.why)
+                return Outcome(name, "in_doubt", f"{exc.why}; whatever it claimed is "
+                               "cancelled when it answers again")
             return Outcome(name, "unreachable", exc.why)
         if reply.status == 200:
             self._note_answer(name, reply.body.get("zone_summary")
@@ -469,6 +604,9 @@ class ZoneTree:
         err = _error(reply.body)
         return Outcome(name, "conflict", f"claim refused ({reply.status}): "
                        f"{err.get('detail', '')}"[:300])
+
+    def _child_id(self, request_id: str | None) -> str | None:
+        return None if request_id is None else child_request_id(request_id, self.config.name)
 
     def _prefixed(self, answer: dict[str, Any], child: str) -> dict[str, Any]:
         """Zone paths seen from here: this zone's name first."""
@@ -558,6 +696,15 @@ def predicted_fit(req: ScheduleRequest, summary: dict[str, Any]) -> float:
         return 0.0
     share = sum(shares) / len(shares)
     return 1.0 - share if req.weigher.name == "pack" else share
+
+
+def child_request_id(request_id: str, zone: str) -> str:
+    """The id a child knows a request by: the parent's id, then the parent's name
+    (hashed when that would not fit the 255 characters an id may have)."""
+    out = f"{request_id}@{zone}"
+    if len(out) <= 255:
+        return out
+    return f"h-{hashlib.sha256(request_id.encode()).hexdigest()}@{zone}"[:255]
 
 
 def _mean_score(answer: dict[str, Any]) -> float:

@@ -4,6 +4,7 @@ a frozen child (SIGSTOP) that times out, a killed child, and their recovery."""
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -143,3 +144,43 @@ def test_killed_child_and_restart(tmp_path: Path, tree: dict[str, ServerProcess]
                 {"type": "location", "pattern": "dfw/*"}]))
             return r.status_code == 200
         wait_for(placed_in_dfw, timeout=70)
+
+
+def in_doubt(c: httpx.Client) -> dict[str, int]:
+    return {k: v["in_doubt"] for k, v in children(c).items()}
+
+
+def test_stuck_leaf_commits_late_and_its_claim_is_cancelled(
+        tmp_path: Path, tree: dict[str, ServerProcess]) -> None:
+    """A leaf's database is locked (a slow disk, a long transaction): the claim
+    waits, its parent times out and the tree places the request elsewhere. The
+    leaf then commits it late; the zone that lost the answer cancels it there:
+    the consumer ends up placed once."""
+    lock = sqlite3.connect(tmp_path / "dfw-r1.db", isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    body = req()
+    consumer = body["consumers"][0]
+    try:
+        with api.client(tree["global"].url) as c, api.client(tree["dfw"].url) as d:
+            r = c.post("/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+            assert r.json()["placements"][0]["zone"] == "global/ord"
+            assert sum(in_doubt(c).values()) + sum(in_doubt(d).values()) >= 1
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    with api.client(tree["global"].url) as c, api.client(tree["dfw"].url) as d:
+        wait_for(lambda: sum(in_doubt(c).values()) + sum(in_doubt(d).values()) == 0,
+                 timeout=70)
+    with api.client(tree["dfw-r1"].url) as lc:
+        wait_for(lambda: lc.get(f"/allocations/{consumer}").json()["allocations"] == {})
+    with api.client(tree["ord"].url) as oc:
+        assert oc.get(f"/allocations/{consumer}").json()["allocations"]
+    # The leaf knows the request as cancelled: should it arrive again, it is refused.
+    db = sqlite3.connect(tmp_path / "dfw-r1.db")
+    try:
+        rows = db.execute("SELECT status, response FROM strato_schedule_requests "
+                          "WHERE request_id LIKE '%@dfw'").fetchall()
+    finally:
+        db.close()
+    assert rows and all(status == 410 for status, _ in rows), rows

@@ -18,7 +18,7 @@ from strato.model.location import LocationError, canonical_location, canonical_t
 from strato.store import children as store
 from strato.store import provisional
 from strato.zone.transport import Unreachable
-from strato.zone.tree import ZoneTree
+from strato.zone.tree import ZoneTree, child_request_id
 
 router = APIRouter(prefix="/strato/v1", tags=["zone tree"])
 _ZONE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -82,13 +82,19 @@ class ClaimRequest(BaseModel):
     hold_ttl: float | None = Field(default=None, gt=0, le=3600,
                                    description="Hold provisionally (a cross-zone "
                                    "placement): released unless confirmed in time.")
+    request_id: str | None = Field(
+        default=None, min_length=1, max_length=255,
+        description="Idempotency key: a repeat answers as the first did, and "
+        "POST /strato/v1/requests/cancel undoes the claim.")
     placements: list[ClaimPlacement] = Field(min_length=1, max_length=1000)
 
 
-def _view(tree: ZoneTree, c: store.Child) -> dict[str, Any]:
+def _view(tree: ZoneTree, c: store.Child, doubt: dict[str, int] | None = None
+          ) -> dict[str, Any]:
     cached = tree.cache.get(c.name)
     return {"name": c.name, "url": c.url, "location_prefix": c.location_prefix,
             "tags": list(c.tags), "health": tree._health(c.name).as_dict(),
+            "in_doubt": (doubt or {}).get(c.name, 0),
             "summary": cached.body if cached else None}
 
 
@@ -105,7 +111,8 @@ async def list_children(request: Request) -> Response:
     deps.require_admin(request, "strato:children:list")
     tree = tree_of(request)
     kids = await tree.children()
-    return json_response({"children": [_view(tree, c) for c in kids]})
+    doubt = await tree.in_doubt_counts()
+    return json_response({"children": [_view(tree, c, doubt) for c in kids]})
 
 
 @router.post("/children", status_code=201)
@@ -121,7 +128,11 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
     child, created = await run_in_threadpool(write)
     tree.forget_children()
     tree.health.pop(child.name, None)
-    await tree.fetch_summary(child)
+    if await tree.fetch_summary(child) is not None:
+        # A child that comes back registers again: settle what is in doubt there.
+        doubt = await tree.in_doubt_counts()
+        if doubt.get(child.name):
+            tree.spawn(tree.reconcile(child.name))
     return json_response(_view(tree, child), 201 if created else 200)
 
 
@@ -150,17 +161,26 @@ class PendingRequest(BaseModel):
 
 async def _forward(tree: ZoneTree, path: list[str], route: str, payload: dict[str, Any]
                    ) -> Response:
-    """Pass a claim message one level down the zone path."""
+    """Pass a claim message one level down the zone path. A claim whose answer
+    is lost on the way is recorded in doubt here and cancelled at the child
+    when it answers again; the caller sees a conflict and goes elsewhere."""
     kids = {c.name: c for c in await tree.children()}
     child = kids.get(path[0])
     if child is None:
         raise errors.NotFound(f"path: no child zone named {path[0]!r}")
+    rid = payload.get("request_id")
+    if rid is not None:
+        payload = {**payload, "request_id": child_request_id(rid, tree.config.name)}
     try:
         reply = await tree.transport.call(
             child.url, "POST", route, token=child.credential,
             json={**payload, "path": path[1:]}, timeout=tree.config.child_timeout)
     except Unreachable as exc:
         tree._health(child.name).failed(exc.why)
+        if exc.maybe_delivered and rid is not None:
+            await tree.note_in_doubt(child.name, payload["request_id"],
+                                     [p["consumer_uuid"] for p in payload["placements"]],
+                                     exc.why)
         raise errors.Conflict(f"child zone {child.name} did not answer: {exc.why}") from None
     return json_response(reply.body, reply.status)
 
@@ -210,3 +230,19 @@ async def release_claims(request: Request, body: PendingRequest) -> Response:
         with deps.db(request).write() as conn:
             return provisional.release(conn, body.consumers)
     return json_response({"released": await run_in_threadpool(work)})
+
+
+
+class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    request_id: str = Field(min_length=1, max_length=255)
+
+
+@router.post("/requests/cancel")
+async def cancel_request(request: Request, body: CancelRequest) -> Response:
+    """A parent lost the answer to `request_id` and placed it elsewhere: undo
+    what the request placed in this zone's subtree, or refuse it if it arrives
+    later (idempotent). Children get the cancel as `{request_id}@{this zone}`;
+    those that do not answer get it when they answer again."""
+    deps.require_admin(request, "strato:requests:cancel")
+    return json_response(await tree_of(request).cancel(body.request_id))

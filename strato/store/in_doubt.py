@@ -1,0 +1,66 @@
+"""Requests a child zone may have acted on without this zone learning the answer.
+
+A parent that times out on a child, or loses the connection after sending a
+claiming request, cannot tell whether the child committed. It goes on
+elsewhere (a dead child must not stop scheduling) and records the request
+here first, so that a claim the child did commit is cancelled, by request
+id, when the child answers again: a consumer is never left placed twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from strato.store.schema import in_doubt
+from strato.store.util import insert_ignore, utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class InDoubt:
+    id: int
+    child: str
+    request_id: str
+    consumers: tuple[str, ...]
+    reason: str
+    attempts: int
+    last_error: str | None
+
+
+def add(conn: Connection, child: str, request_id: str, consumers: Sequence[str],
+        reason: str) -> None:
+    """Record one request in doubt (idempotent per child and request id)."""
+    insert_ignore(conn, in_doubt, [{
+        "child": child, "request_id": request_id,
+        "consumers": orjson.dumps(list(consumers)).decode(), "reason": reason[:1000],
+        "attempts": 0, "created_at": utcnow()}])
+
+
+def pending(conn: Connection, child: str | None = None) -> list[InDoubt]:
+    q = sa.select(in_doubt).order_by(in_doubt.c.id)
+    if child is not None:
+        q = q.where(in_doubt.c.child == child)
+    return [InDoubt(id=int(r.id), child=r.child, request_id=r.request_id,
+                    consumers=tuple(orjson.loads(r.consumers)), reason=r.reason,
+                    attempts=int(r.attempts), last_error=r.last_error)
+            for r in conn.execute(q)]
+
+
+def counts(conn: Connection) -> dict[str, int]:
+    """Child name -> requests still in doubt there."""
+    rows = conn.execute(sa.select(in_doubt.c.child, sa.func.count())
+                        .group_by(in_doubt.c.child))
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def resolved(conn: Connection, row_id: int) -> None:
+    conn.execute(sa.delete(in_doubt).where(in_doubt.c.id == row_id))
+
+
+def attempt_failed(conn: Connection, row_id: int, error: str) -> None:
+    conn.execute(sa.update(in_doubt).where(in_doubt.c.id == row_id).values(
+        attempts=in_doubt.c.attempts + 1, last_error=error[:1000]))

@@ -1,0 +1,127 @@
+"""Requests in doubt: a child acted on a request whose answer its parent lost.
+
+The parent goes elsewhere, records the request, and cancels it at the child
+once the child answers again: no consumer stays placed in two zones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from strato.sim.invariants import check_databases
+from strato.zone.inprocess import InProcessTree
+from tests.zone.test_tree import req, run, schedule
+
+
+async def allocations(tree: InProcessTree, zone: str, consumer: str) -> dict[str, Any]:
+    r = await tree.client(zone).get(f"/allocations/{consumer}")
+    assert r.status_code == 200, r.text
+    return dict(r.json()["allocations"])
+
+
+async def in_doubt(tree: InProcessTree, zone: str) -> dict[str, int]:
+    r = await tree.client(zone).get("/strato/v1/children")
+    return {k["name"]: k["in_doubt"] for k in r.json()["children"]}
+
+
+def strict(tree: InProcessTree, live: set[str]) -> None:
+    names = list(tree.dbs)
+    found = check_databases([tree.dbs[n] for n in names], names, live)
+    assert found == [], found
+
+
+def test_lost_answer_is_cancelled_when_the_leaf_answers_again(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        tree.lose_answers("dfw-r1", "/strato/v1/schedule")
+        body = req(constraints=[{"type": "location", "pattern": "dfw/*"}], explain=True)
+        consumer = body["consumers"][0]
+        ans = await schedule(tree, body)
+        # dfw-r1 committed but dfw never heard: dfw went on to dfw-r2.
+        assert ans["placements"][0]["zone"] == "global/dfw/dfw-r2"
+        outcomes = {o["zone"]: o["outcome"] for o in ans["explain"]["placed_by"]["children"]}
+        assert outcomes == {"dfw-r1": "in_doubt"}, ans["explain"]
+        assert await allocations(tree, "dfw-r1", consumer)
+        assert await in_doubt(tree, "dfw") == {"dfw-r1": 1, "dfw-r2": 0}
+
+        tree.revive("dfw-r1")
+        assert await tree.zone_tree("dfw").reconcile() == 1
+        assert await allocations(tree, "dfw-r1", consumer) == {}
+        assert await allocations(tree, "dfw-r2", consumer)
+        assert await in_doubt(tree, "dfw") == {"dfw-r1": 0, "dfw-r2": 0}
+        strict(tree, {consumer})
+    run(tmp_path, scenario)
+
+
+def test_lost_answer_at_a_routing_zone_cancels_down_its_subtree(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        # dfw fits best (more free capacity), claims in dfw-r1, and its answer is lost.
+        tree.lose_answers("dfw", "/strato/v1/schedule")
+        body = req(n=2)
+        ans = await schedule(tree, body)
+        assert {p["zone"] for p in ans["placements"]} == {"global/ord/ord-r1"}
+        assert await in_doubt(tree, "global") == {"dfw": 1, "ord": 0}
+        placed_below_dfw = [c for c in body["consumers"]
+                            if await allocations(tree, "dfw-r1", c)
+                            or await allocations(tree, "dfw-r2", c)]
+        assert placed_below_dfw == body["consumers"]
+
+        tree.revive("dfw")
+        assert await tree.zone_tree("global").reconcile() == 1
+        strict(tree, set(body["consumers"]))
+    run(tmp_path, scenario)
+
+
+def test_lost_claim_answer_in_best_mode(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        tree.lose_answers("dfw", "/strato/v1/claims")
+        body = req(mode="best", constraints=[{"type": "location", "pattern": "dfw/*"}])
+        r = await tree.client("global").post("/strato/v1/schedule", json=body)
+        # The only plan's claim is in doubt: nothing is known to be placed.
+        assert r.status_code == 409, r.text
+        assert await in_doubt(tree, "global") == {"dfw": 1, "ord": 0}
+        tree.revive("dfw")
+        assert await tree.zone_tree("global").reconcile() == 1
+        strict(tree, set())
+        # Placed as asked once the zone answers again.
+        ans = await schedule(tree, body)
+        assert ans["placements"][0]["zone"].startswith("global/dfw/")
+        strict(tree, set(body["consumers"]))
+    run(tmp_path, scenario)
+
+
+def test_a_cancel_that_arrives_first_refuses_the_request_later(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("dfw")
+        r = await c.post("/strato/v1/requests/cancel", json={"request_id": "r1"})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"request_id": "r1", "released": [],
+                            "forwarded": ["dfw-r1", "dfw-r2"], "deferred": []}
+        # The request reaches a leaf late, under the id the routing zone gave it.
+        late = req(request_id="r1@dfw", hops=1)
+        r = await tree.client("dfw-r2").post("/strato/v1/schedule", json=late)
+        assert r.status_code == 409, r.text
+        assert "cancelled" in r.json()["errors"][0]["detail"]
+        assert await allocations(tree, "dfw-r2", late["consumers"][0]) == {}
+        # Idempotent, and bad input is named.
+        r = await c.post("/strato/v1/requests/cancel", json={"request_id": "r1"})
+        assert r.status_code == 200
+        r = await c.post("/strato/v1/requests/cancel", json={"request": "r1"})
+        assert r.status_code == 400
+        assert "request_id" in r.text
+    run(tmp_path, scenario)
+
+
+def test_cancel_of_an_unreachable_child_waits_for_it(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        tree.kill("dfw-r2")
+        r = await tree.client("dfw").post("/strato/v1/requests/cancel",
+                                          json={"request_id": "r2"})
+        assert r.json()["deferred"] == ["dfw-r2"]
+        assert (await in_doubt(tree, "dfw"))["dfw-r2"] == 1
+        tree.revive("dfw-r2")
+        assert await tree.zone_tree("dfw").reconcile() == 1
+        late = req(request_id="r2@dfw", hops=1)
+        r = await tree.client("dfw-r2").post("/strato/v1/schedule", json=late)
+        assert r.status_code == 409, r.text
+    run(tmp_path, scenario)
