@@ -73,7 +73,10 @@ async def schedule_split(tree: ZoneTree, req: ScheduleRequest,
             "groups": [RequestGroupSpec(resources=rest, required=group.required,
                                         member_of=[*group.member_of, list(aggs)],
                                         in_tree=group.in_tree)],
-            "hold_ttl": ttl, "request_id": None, "dry_run": False})
+            "hold_ttl": ttl, "dry_run": False,
+            # One id per pool tried: a child that lost this part's answer is
+            # told to cancel exactly it (the hold would also expire).
+            "request_id": None if req.request_id is None else f"{req.request_id}~{provider}"})
         answer = await tree.decide_children(sub, outcomes)
         if answer is None:
             await run_in_threadpool(_release_local, tree, consumers)
