@@ -74,8 +74,25 @@ class HostView:
     _arrays: tuple[tuple[int, int, int, int], HostArrays] | None = None
     _stale: tuple[float, frozenset[str], dict[str, float | None]] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Allocation-only changes this process committed, not yet passed by `seq`.
+    _own: set[int] = field(default_factory=set)
 
     # -- freshness ---------------------------------------------------------
+
+    def own_allocation_change(self, seq: int) -> None:
+        """This process committed change `seq` and it moved allocations only (no
+        location or tags): the next refresh need not read it."""
+        with self._lock:
+            if self.seq < 0 or seq <= self.seq:
+                return
+            self._own.add(seq)
+            while self.seq + 1 in self._own:
+                self.seq += 1
+                self._own.discard(self.seq)
+            self._own = {s for s in self._own if s > self.seq}
+
+    def current(self) -> int:
+        return self.seq
 
     def refresh(self, conn: Connection) -> None:
         """Catch up with metadata writes committed since the last refresh."""
@@ -124,6 +141,13 @@ class HostView:
             loc = tuple(location.split("/")) if location else None
             self._meta[uuid] = _Meta(loc, frozenset(json.loads(tags or "[]")))
         self.version += 1
+
+    def stale_cached(self) -> dict[str, float | None] | None:
+        """The stale providers if computed recently enough, else None."""
+        cached = self._stale
+        if cached is not None and time.monotonic() - cached[0] < STALE_TTL_S:
+            return cached[2]
+        return None
 
     def stale(self, conn: Connection) -> dict[str, float | None]:
         """Stale provider uuid -> seconds since its last report (None: never)."""

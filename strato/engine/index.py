@@ -202,6 +202,16 @@ class ProviderIndex:
                 self._rc_column(name).used[p] = amount
         return True
 
+    def add_usage(self, uuid: str, delta: Mapping[str, int]) -> bool:
+        """Add to one provider's usage (a claim this process made); False if
+        the provider or a class is unknown here."""
+        p = self.pos.get(uuid)
+        if p is None or not self.alive[p] or any(n not in self.rc for n in delta):
+            return False
+        for name, amount in delta.items():
+            self.rc[name].used[p] += amount
+        return True
+
     def _rc_column(self, name: str) -> RcColumns:
         col = self.rc.get(name)
         if col is None:

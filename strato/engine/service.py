@@ -103,6 +103,7 @@ class CandidateResult:
 class RefreshStats:
     full_loads: int = 0
     incremental: int = 0
+    own_claims: int = 0  # claims of this process applied without reading the store
     last_refresh_s: float = 0.0
 
 
@@ -117,6 +118,8 @@ class Engine:
         self.stats = RefreshStats()
         self._loaded = False
         self._lock = threading.Lock()
+        # Claims this process committed, by change seq, not yet in the index.
+        self._own: dict[int, dict[str, dict[str, int]]] = {}
         self._rc_names: set[str] = set()
         self._trait_names: set[str] = set()
         self._seq_conn: Any = None
@@ -188,7 +191,35 @@ class Engine:
             else:
                 self._incremental(conn, seq)
         self.stats.last_refresh_s = time.perf_counter() - started
+        self._drop_own()
         return seq
+
+    def store_seq(self) -> int | None:
+        """The store's change sequence now (one tiny statement), None if unknown."""
+        with self._lock:
+            return self._peek_seq()
+
+    def own_claim(self, seq: int, usage: Mapping[str, Mapping[str, int]]) -> None:
+        """A claim this process committed as change `seq` (adding `usage`, provider
+        uuid -> class -> amount): applied to the index without reading the store
+        once every change before it is in. Changes made elsewhere break the chain;
+        the next refresh then reads the store as usual (absolute usage)."""
+        with self._lock:
+            if not self._loaded or seq <= self.index.seq:
+                return
+            self._own[seq] = {u: dict(d) for u, d in usage.items()}
+            while self.index.seq + 1 in self._own:
+                nxt = self.index.seq + 1
+                delta = self._own.pop(nxt)
+                if not all(self.index.add_usage(u, d) for u, d in delta.items()):
+                    break  # a partial add is overwritten by the next refresh
+                self.index.seq = nxt
+                self.stats.own_claims += 1
+            self._drop_own()
+
+    def _drop_own(self) -> None:
+        for s in [s for s in self._own if s <= self.index.seq]:
+            del self._own[s]
 
     def _full_load(self, conn: Connection, seq: int) -> None:
         self.index = ProviderIndex.build(load_records(conn), seq=seq)

@@ -12,10 +12,11 @@ from typing import Any
 
 import orjson
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from strato.store.schema import schedule_requests
-from strato.store.util import insert_ignore, utcnow
+from strato.store.util import utcnow
 
 _PENDING = 0
 
@@ -31,17 +32,18 @@ def get_answer(conn: Connection, request_id: str) -> tuple[int, dict[str, Any]] 
 
 
 def reserve(conn: Connection, request_id: str) -> bool:
-    """Claim `request_id` for this transaction; False if another one has it."""
-    before = conn.execute(sa.select(schedule_requests.c.request_id)
-                          .where(schedule_requests.c.request_id == request_id)).first()
-    if before is not None:
-        return False
-    insert_ignore(conn, schedule_requests, [{
-        "request_id": request_id, "status": _PENDING, "response": "{}",
-        "created_at": utcnow()}])
-    mine = conn.execute(sa.select(schedule_requests.c.status)
-                        .where(schedule_requests.c.request_id == request_id)).scalar()
-    return mine == _PENDING
+    """Claim `request_id` for this transaction; False if another one has it.
+
+    One statement: an insert that does nothing on a conflict (on PostgreSQL it
+    waits for a concurrent transaction holding the same id to end).
+    """
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    res = conn.execute(
+        dialect.insert(schedule_requests).on_conflict_do_nothing()
+        .returning(schedule_requests.c.request_id),
+        {"request_id": request_id, "status": _PENDING, "response": "{}",
+         "created_at": utcnow()})
+    return res.first() is not None
 
 
 def finish(conn: Connection, request_id: str, status: int, body: dict[str, Any]) -> None:

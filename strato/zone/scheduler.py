@@ -88,7 +88,9 @@ class LocalScheduler:
     def schedule(self, req: ScheduleRequest) -> dict[str, Any]:
         """The answer body; raises NoValidPlacement or another StratoError."""
         self._validate(req)
-        if req.request_id is not None:
+        if req.request_id is not None and req.hops == 0:
+            # A caller's repeat is answered before planning. A parent zone never
+            # repeats itself: its ids are checked by the claim (reserve) alone.
             with self.db.read() as conn:
                 found = schedule_requests.get_answer(conn, req.request_id)
             if found is not None:
@@ -119,9 +121,7 @@ class LocalScheduler:
 
     def summary(self) -> dict[str, Any]:
         """This zone's own providers as one pool (see zone/summary.py)."""
-        with self.db.read() as conn:
-            self.hosts.refresh(conn)
-            stale = self.hosts.stale(conn)
+        stale, _ = self._host_state(set())
         with self.engine.fresh() as index:
             return own_summary(index, self.hosts.arrays(index), _rows_of(index, stale))
 
@@ -196,16 +196,29 @@ class LocalScheduler:
                                       class_weights=dict(req.weigher.class_weights)))
         spread_groups = {c.group or req.group for c in req.constraints
                          if isinstance(c, SpreadRuleSpec)}
-        with self.db.read() as conn:
-            self.hosts.refresh(conn)
-            stale = self.hosts.stale(conn)
-            members = {g: group_store.member_roots(conn, g) for g in spread_groups if g}
+        stale, members = self._host_state(spread_groups)
         with self.engine.fresh() as index:
             hosts = self.hosts.arrays(index)
             stale_rows = _rows_of(index, stale)
             masks = rule_masks(index, hosts, list(req.constraints), req.group, members,
                                self.levels)
             return self._search(req, index, hosts, groups, scorer, stale_rows, masks)
+
+    def _host_state(self, spread_groups: set[str | None]
+                    ) -> tuple[dict[str, float | None], dict[str, dict[str, set[str]]]]:
+        """Stale providers, and where the members of `spread_groups` are. Without
+        groups, and with nothing changed in the store since the host view last
+        looked, no read transaction at all (the engine's change counter says so)."""
+        groups = {g for g in spread_groups if g}
+        if not groups:
+            stale = self.hosts.stale_cached()
+            if stale is not None and self.hosts.current() == self.engine.store_seq():
+                return stale, {}
+        with self.db.read() as conn:
+            self.hosts.refresh(conn)
+            stale = self.hosts.stale(conn)
+            members = {g: group_store.member_roots(conn, g) for g in groups}
+        return stale, members
 
     def _search(self, req: ScheduleRequest, index: ProviderIndex, hosts: HostArrays,
                 groups: tuple[RequestGroup, ...], scorer: Scorer, stale_rows: BoolArray,
@@ -285,13 +298,14 @@ class LocalScheduler:
                           consumer_type=req.consumer_type, generation=None)
             for consumer, i in zip(req.consumers, chosen, strict=False)]
         answer = self._answer(req, plan, retries)
+        committed: list[int] = []
 
         def job(conn: Connection) -> dict[str, Any] | None:
             if req.request_id is not None and not schedule_requests.reserve(
                     conn, req.request_id):
                 return None  # another request with this id got there first
             try:
-                claim(conn, claims)
+                result = claim(conn, claims)
             except errors.ConcurrentUpdate as exc:
                 raise errors.Conflict(
                     f"consumers: {exc.detail.split(' - ', 1)[-1]} (a schedule request "
@@ -306,10 +320,21 @@ class LocalScheduler:
                 group_store.add_members(conn, req.group, [c.consumer_uuid for c in claims])
             if req.request_id is not None:
                 schedule_requests.finish(conn, req.request_id, 200, answer)
+            committed[:] = [result.change_seq]
             return answer
 
         # Concurrent requests share one transaction (one fsync on SQLite).
         replay = self.db.batched(job)
+        if committed:
+            # Our own write: into the index and host view without reading it back.
+            usage: dict[str, dict[str, int]] = {}
+            for c in claims:
+                for rp, res in c.allocations.items():
+                    per = usage.setdefault(rp, {})
+                    for rc, n in res.items():
+                        per[rc] = per.get(rc, 0) + n
+            self.engine.own_claim(committed[0], usage)
+            self.hosts.own_allocation_change(committed[0])
         if replay is None:
             assert req.request_id is not None
             with self.db.read() as conn:

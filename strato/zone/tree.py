@@ -54,8 +54,8 @@ from strato.zone.transport import Transport, Unreachable
 log = logging.getLogger("strato.zone")
 LOCAL = ""  # the key of this zone's own providers among the options
 # Children are read from the store at most this often per process (other
-# processes of the zone see a change within this delay).
-CHILDREN_TTL_S = 1.0
+# processes of the zone see a change within this delay; this one at once).
+CHILDREN_TTL_S = 5.0
 # Whether the zone has providers of its own is looked up at most this often.
 OWN_TTL_S = 1.0
 MAX_BACKOFF_S = 60.0

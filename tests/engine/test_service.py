@@ -87,3 +87,48 @@ def test_malformed_class_weights_are_refused(bad: str) -> None:
 def test_unknown_weigher_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown weigher"):
         EngineConfig.from_env({}, weigher="random")
+
+
+def _vcpu_used(engine: Engine, uuid: str) -> int:
+    with engine.fresh() as index:
+        return int(index.rc["VCPU"].used[index.pos[uuid]])
+
+
+def _claim(db: Database, rp: str, n: int) -> int:
+    import uuid as uuidlib
+
+    from strato.store.allocations import ConsumerClaim, claim
+    with db.write() as conn:
+        return claim(conn, [ConsumerClaim(str(uuidlib.uuid4()), {rp: {"VCPU": n}},
+                                          project_id="p", user_id="u",
+                                          generation=None)]).change_seq
+
+
+def test_own_claims_enter_the_index_without_reading_the_store(
+        client: TestClient, sqlite_database: Database) -> None:
+    cloud = Cloud(client)
+    cn1 = cloud.host("cn1", VCPU=8)
+    engine = Engine(sqlite_database)
+    try:
+        assert _vcpu_used(engine, cn1) == 0
+        reads = engine.stats.incremental + engine.stats.full_loads
+        # Committed in order 1, 2 but reported 2, 1: applied once the gap closes.
+        s1, s2 = _claim(sqlite_database, cn1, 1), _claim(sqlite_database, cn1, 2)
+        engine.own_claim(s2, {cn1: {"VCPU": 2}})
+        assert engine.index.seq == s1 - 1
+        engine.own_claim(s1, {cn1: {"VCPU": 1}})
+        assert engine.index.seq == s2
+        assert _vcpu_used(engine, cn1) == 3
+        assert engine.stats.incremental + engine.stats.full_loads == reads
+        # A write this process did not report: the chain breaks and the next
+        # refresh reads the store, which has the truth.
+        _claim(sqlite_database, cn1, 1)
+        s4 = _claim(sqlite_database, cn1, 1)
+        engine.own_claim(s4, {cn1: {"VCPU": 1}})
+        assert _vcpu_used(engine, cn1) == 5
+        assert engine.stats.incremental + engine.stats.full_loads == reads + 1
+        # A report for what the index already has changes nothing.
+        engine.own_claim(s4, {cn1: {"VCPU": 1}})
+        assert _vcpu_used(engine, cn1) == 5
+    finally:
+        engine.close()
