@@ -1,6 +1,7 @@
 """How a zone talks to another zone: one interface, two implementations.
 
-* ``HttpTransport``: httpx with a pooled async client, per-call timeouts.
+* ``HttpTransport``: per-call timeouts; ``http://`` zones through the lean
+  keep-alive client of ``zone/wire.py``, anything else through httpx.
 * ``InProcessTransport``: the other zone's ASGI app called directly (httpx's
   ASGITransport), for tests and the simulator: hundreds of zones in one
   process, through exactly the same routes and serialisation as over HTTP.
@@ -22,6 +23,8 @@ from typing import Any, Protocol
 
 import httpx
 import orjson
+
+from strato.zone import wire
 
 # Zone-to-zone messages carry this version, so mixed-version trees can tell.
 ZONE_PROTOCOL = "1"
@@ -66,13 +69,16 @@ def _decode(resp: httpx.Response) -> Reply:
 
 
 class HttpTransport:
-    def __init__(self, max_connections: int = 64) -> None:
+    def __init__(self, max_connections: int = 64, *, lean: bool = True) -> None:
         self._client = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=max_connections,
                                 max_keepalive_connections=max_connections))
+        self._wire = wire.WireClient() if lean else None
 
     async def call(self, url: str, method: str, path: str, *, token: str | None,
                    json: Any = None, timeout: float) -> Reply:
+        if self._wire is not None and url.startswith("http://"):
+            return await self._lean(url, method, path, token, json, timeout)
         try:
             resp = await self._client.request(
                 method, url.rstrip("/") + path, headers=_headers(token),
@@ -89,8 +95,31 @@ class HttpTransport:
                               maybe_delivered=True) from None
         return _decode(resp)
 
+    async def _lean(self, url: str, method: str, path: str, token: str | None, json: Any,
+                    timeout: float) -> Reply:
+        assert self._wire is not None
+        try:
+            status, content = await self._wire.request(
+                url, method, path, _headers(token),
+                orjson.dumps(json) if json is not None else None,
+                timeout=timeout, connect_timeout=min(timeout, 2.0))
+        except wire.NotSent as exc:
+            raise Unreachable(url, str(exc)) from None
+        except TimeoutError:
+            raise Unreachable(url, f"timed out after {timeout:g}s",
+                              maybe_delivered=True) from None
+        except wire.Broken as exc:
+            raise Unreachable(url, str(exc), maybe_delivered=True) from None
+        try:
+            body = orjson.loads(content) if content else None
+        except orjson.JSONDecodeError:
+            body = {"raw": content[:500].decode("utf-8", "replace")}
+        return Reply(status, body)
+
     async def aclose(self) -> None:
         await self._client.aclose()
+        if self._wire is not None:
+            await self._wire.aclose()
 
 
 class InProcessTransport:

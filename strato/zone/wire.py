@@ -1,0 +1,167 @@
+"""A lean HTTP/1.1 client for zone-to-zone calls over plain ``http://``.
+
+Zone-to-zone traffic is small JSON requests between Strato servers, many per
+placement (every level of the tree forwards the request and reads the
+answer). Measured on the seven-process demo tree, httpx's client machinery
+was half of a routing zone's CPU time. This client does only what those calls
+need: keep-alive connections per host, a ``Content-Length`` request body, and
+a response framed by ``Content-Length`` or chunked encoding. ``HttpTransport``
+uses it for ``http://`` URLs and httpx for everything else (``https://``).
+
+It tells a request that never left (connection refused) from one that may
+have reached the zone (the connection broke or the deadline passed after the
+request was written): see ``Unreachable.maybe_delivered``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+# uvicorn closes idle keep-alive connections after 5 s: reuse them for less.
+IDLE_REUSE_S = 4.0
+MAX_IDLE_PER_HOST = 32
+MAX_HEADER_BYTES = 64 * 1024
+
+
+class NotSent(Exception):
+    """The request never reached the zone (no connection)."""
+
+
+class Broken(Exception):
+    """The connection failed after the request was (maybe) written."""
+
+
+@dataclass(slots=True)
+class _Conn:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    last_used: float = 0.0
+
+    def usable(self) -> bool:
+        return (not self.reader.at_eof() and not self.writer.is_closing()
+                and time.monotonic() - self.last_used < IDLE_REUSE_S)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@dataclass
+class WireClient:
+    _idle: dict[tuple[str, int], list[_Conn]] = field(default_factory=dict)
+    _targets: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+
+    def _target(self, url: str) -> tuple[str, int, str]:
+        found = self._targets.get(url)
+        if found is None:
+            parts = urlsplit(url)
+            host = parts.hostname or "127.0.0.1"
+            found = (host, parts.port or 80, parts.path.rstrip("/"))
+            self._targets[url] = found
+        return found
+
+    async def request(self, url: str, method: str, path: str, headers: dict[str, str],
+                      body: bytes | None, *, timeout: float, connect_timeout: float
+                      ) -> tuple[int, bytes]:
+        """(status, body). Raises NotSent, Broken or TimeoutError."""
+        host, port, prefix = self._target(url)
+        key = (host, port)
+        conn = self._take(key)
+        if conn is None:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), connect_timeout)
+            except ConnectionRefusedError:
+                raise NotSent("connection refused") from None
+            except TimeoutError:
+                raise NotSent(f"connect timed out after {connect_timeout:g}s") from None
+            except OSError as exc:
+                raise NotSent(f"cannot connect: {exc}") from None
+            conn = _Conn(reader, writer)
+        head = [f"{method} {prefix}{path} HTTP/1.1", f"Host: {host}:{port}",
+                f"Content-Length: {len(body) if body else 0}"]
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b"")
+        try:
+            async with asyncio.timeout(timeout):
+                conn.writer.write(data)
+                await conn.writer.drain()
+                status, payload, keep = await _read_response(conn.reader)
+        except TimeoutError:
+            conn.close()
+            raise
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                ValueError) as exc:
+            conn.close()
+            raise Broken(f"{type(exc).__name__}: {exc}") from None
+        if keep:
+            self._give(key, conn)
+        else:
+            conn.close()
+        return status, payload
+
+    def _take(self, key: tuple[str, int]) -> _Conn | None:
+        pool = self._idle.get(key)
+        while pool:
+            conn = pool.pop()
+            if conn.usable():
+                return conn
+            conn.close()
+        return None
+
+    def _give(self, key: tuple[str, int], conn: _Conn) -> None:
+        conn.last_used = time.monotonic()
+        pool = self._idle.setdefault(key, [])
+        if len(pool) < MAX_IDLE_PER_HOST:
+            pool.append(conn)
+        else:
+            conn.close()
+
+    async def aclose(self) -> None:
+        for pool in self._idle.values():
+            for conn in pool:
+                conn.close()
+        self._idle.clear()
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
+    """Status, body and whether the connection may be reused."""
+    while True:
+        raw = await reader.readuntil(b"\r\n\r\n")
+        if len(raw) > MAX_HEADER_BYTES:
+            raise ValueError("response head too large")
+        lines = raw.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
+            raise ValueError(f"not an HTTP/1.x response: {lines[0][:80]!r}")
+        status = int(parts[1])
+        if status >= 200 or status == 101:
+            break  # 1xx interim answers (100 Continue) are skipped
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    keep = parts[0] == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        chunks = []
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                # Trailers, if any, end with an empty line.
+                while await reader.readuntil(b"\r\n") != b"\r\n":
+                    pass
+                break
+            chunks.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+        return status, b"".join(chunks), keep
+    length = headers.get("content-length")
+    if length is not None:
+        return status, await reader.readexactly(int(length)), keep
+    if status in (204, 304):
+        return status, b"", keep
+    # No framing: the body runs to the end of the connection.
+    return status, await reader.read(), False
