@@ -42,3 +42,6 @@ class Settings:
     # A cross-zone placement's held parts are released after this many seconds
     # unless confirmed.
     hold_ttl: float = 30.0
+    # Answers kept by request id (repeats, and cancels from a parent that lost
+    # an answer) are purged after this many seconds.
+    request_retention: float = 7 * 86400.0

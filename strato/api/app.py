@@ -92,7 +92,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
                                       tags=tuple(settings.zone_tags),
                                       summary_interval=settings.summary_interval,
                                       child_timeout=settings.child_timeout,
-                                      hold_ttl=settings.hold_ttl))
+                                      hold_ttl=settings.hold_ttl,
+                                      request_retention=settings.request_retention))
     app.state.tree = tree
 
     @app.exception_handler(errors.StratoError)

@@ -8,6 +8,7 @@ first to commit) and returns the first's answer.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -53,6 +54,15 @@ def finish(conn: Connection, request_id: str, status: int, body: dict[str, Any])
 
 
 CANCELLED = 410
+
+
+def purge(conn: Connection, before: datetime, limit: int = 10_000) -> int:
+    """Forget up to `limit` answers created before `before`; how many went."""
+    old = (sa.select(schedule_requests.c.request_id)
+           .where(schedule_requests.c.created_at < before).limit(limit))
+    res = conn.execute(sa.delete(schedule_requests)
+                       .where(schedule_requests.c.request_id.in_(old.scalar_subquery())))
+    return max(0, int(res.rowcount or 0))
 
 
 def cancel(conn: Connection, request_id: str) -> dict[str, Any] | None:

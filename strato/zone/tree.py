@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -46,6 +47,7 @@ from strato.store import children as child_store
 from strato.store import in_doubt, schedule_requests
 from strato.store.children import Child
 from strato.store.db import Database
+from strato.store.util import utcnow
 from strato.zone import shared
 from strato.zone import summary as summaries
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
@@ -59,6 +61,8 @@ CHILDREN_TTL_S = 5.0
 # Whether the zone has providers of its own is looked up at most this often.
 OWN_TTL_S = 1.0
 MAX_BACKOFF_S = 60.0
+# Old answers kept by request id are purged this often.
+PURGE_EVERY_S = 300.0
 
 
 @dataclass(slots=True)
@@ -127,6 +131,8 @@ class TreeConfig:
     fanout: int = 16
     # Cross-zone placements: how long a held part lives unless confirmed.
     hold_ttl: float = 30.0
+    # Answers kept by request id are forgotten after this long.
+    request_retention: float = 7 * 86400.0
 
 
 @dataclass
@@ -203,14 +209,29 @@ class ZoneTree:
     async def run_refresher(self) -> None:
         """Background loop (HTTP servers): keep summaries and health fresh, and
         cancel requests left in doubt at children that answer again."""
+        purged_at = 0.0
         while True:
             try:
                 await self.refresh()
                 if self._doubtful is None or self._doubtful:
                     await self.reconcile()
+                if time.monotonic() - purged_at > PURGE_EVERY_S:
+                    purged_at = time.monotonic()
+                    await run_in_threadpool(self.purge_requests)
             except Exception:  # keep the loop alive whatever one round does
                 log.exception("summary refresh failed")
             await asyncio.sleep(self.config.summary_interval)
+
+    def purge_requests(self) -> int:
+        """Forget answers kept by request id for longer than the retention."""
+        before = utcnow() - timedelta(seconds=self.config.request_retention)
+        total = 0
+        while True:
+            with self.db.write() as conn:
+                n = schedule_requests.purge(conn, before)
+            total += n
+            if n < 10_000:
+                return total
 
     def spawn(self, coro: Any) -> None:
         """Run `coro` in the background (kept referenced until it ends)."""
@@ -255,8 +276,9 @@ class ZoneTree:
             down: set[str] = set()
             for row in rows:
                 child = kids.get(row.child)
-                if child is None or row.child in down:
-                    continue  # removed (kept for the operator) or not answering
+                if (child is None or row.child in down
+                        or (only is None and not self._health(row.child).due())):
+                    continue  # removed (kept for the operator), or not answering
                 why = await self._send_cancel(child, row.request_id)
                 if why is None:
                     settled += 1

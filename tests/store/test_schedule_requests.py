@@ -1,0 +1,45 @@
+"""Answers kept by request id: reserve once, cancel (undo or tombstone), purge."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from strato.store import schedule_requests as store
+from strato.store.db import Database
+from strato.store.schema import schedule_requests
+from strato.store.util import utcnow
+
+
+def test_reserve_once_then_cancel_and_tombstone(database: Database) -> None:
+    with database.write() as conn:
+        assert store.reserve(conn, "a")
+        assert not store.reserve(conn, "a")
+        store.finish(conn, "a", 200, {"placements": [{"consumer_uuid": "c"}]})
+    with database.write() as conn:
+        assert store.cancel(conn, "a") == {"placements": [{"consumer_uuid": "c"}]}
+        assert store.cancel(conn, "a") is None  # idempotent
+        assert store.cancel(conn, "never-came") is None
+    with database.read() as conn:
+        assert store.get_answer(conn, "a")[0] == store.CANCELLED  # type: ignore[index]
+        assert store.get_answer(conn, "never-came")[0] == store.CANCELLED  # type: ignore[index]
+    with database.write() as conn:
+        assert not store.reserve(conn, "never-came")  # refused should it arrive
+
+
+def test_purge_forgets_old_answers_only(database: Database) -> None:
+    with database.write() as conn:
+        for rid in ("old1", "old2", "new"):
+            assert store.reserve(conn, rid)
+            store.finish(conn, rid, 200, {})
+        conn.execute(sa.update(schedule_requests)
+                     .where(schedule_requests.c.request_id.like("old%"))
+                     .values(created_at=utcnow() - timedelta(days=8)))
+    with database.write() as conn:
+        assert store.purge(conn, utcnow() - timedelta(days=7), limit=1) == 1
+        assert store.purge(conn, utcnow() - timedelta(days=7)) == 1
+        assert store.purge(conn, utcnow() - timedelta(days=7)) == 0
+    with database.read() as conn:
+        assert store.get_answer(conn, "new") is not None
+        assert store.get_answer(conn, "old1") is None
