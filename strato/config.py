@@ -45,3 +45,7 @@ class Settings:
     # Answers kept by request id (repeats, and cancels from a parent that lost
     # an answer) are purged after this many seconds.
     request_retention: float = 7 * 86400.0
+    # Schedule requests a zone plans and claims at once on its own providers
+    # (per process). 1 measured best on SQLite with 2 cores: concurrent
+    # planners only contend for the GIL (benchmarks/README.md).
+    schedule_concurrency: int = 1

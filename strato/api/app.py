@@ -93,7 +93,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
                                       summary_interval=settings.summary_interval,
                                       child_timeout=settings.child_timeout,
                                       hold_ttl=settings.hold_ttl,
-                                      request_retention=settings.request_retention))
+                                      request_retention=settings.request_retention,
+                                      schedule_concurrency=settings.schedule_concurrency))
     app.state.tree = tree
 
     @app.exception_handler(errors.StratoError)

@@ -83,6 +83,10 @@ def serve(
                                            "children's summaries."),
     child_timeout: float = typer.Option(5.0, help="Seconds a child zone may take to answer "
                                         "before it is skipped and marked unhealthy."),
+    schedule_concurrency: int = typer.Option(
+        1, min=1, max=64, envvar="STRATO_SCHEDULE_CONCURRENCY",
+        help="Schedule requests planned and claimed at once on this zone's own providers, "
+        "per process (others queue)."),
 ) -> None:
     """Run a Strato zone server (a zone of a zone tree, or a standalone one)."""
     import uvicorn
@@ -123,7 +127,8 @@ def serve(
                         advertise_url=advertise_url or f"http://{host}:{port}",
                         location_prefix=location_prefix, zone_tags=tuple(tag),
                         zone_credential=auth_token, summary_interval=summary_interval,
-                        child_timeout=child_timeout)
+                        child_timeout=child_timeout,
+                        schedule_concurrency=schedule_concurrency)
     # Migrate once, before workers start, so they do not race on it.
     from strato.store.migrate import upgrade
     database = Database(url)
@@ -139,6 +144,7 @@ def serve(
         if auth_token:
             os.environ["STRATO_AUTH_TOKEN"] = auth_token
         os.environ["STRATO_STALE_AFTER"] = str(stale_after)
+        os.environ["STRATO_SCHEDULE_CONCURRENCY"] = str(schedule_concurrency)
         # Workers rebuild Settings from the environment (app_from_env).
         ranking = {"STRATO_WEIGHER": weigher, "STRATO_CLASS_WEIGHTS": class_weights,
                    "STRATO_MAX_CANDIDATES": None if max_candidates is None
@@ -165,6 +171,7 @@ def app_from_env() -> FastAPI:
     return create_app(Settings(
         db_url=env["STRATO_DB"], auth_token=env.get("STRATO_AUTH_TOKEN"),
         stale_after=float(env.get("STRATO_STALE_AFTER", 90.0)),
+        schedule_concurrency=int(env.get("STRATO_SCHEDULE_CONCURRENCY", 1)),
         weigher=env.get("STRATO_WEIGHER"),
         class_weights=None if weights is None else parse_class_weights(weights),
         randomize_candidates=None if randomize is None

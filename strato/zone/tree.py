@@ -133,6 +133,7 @@ class TreeConfig:
     hold_ttl: float = 30.0
     # Answers kept by request id are forgotten after this long.
     request_retention: float = 7 * 86400.0
+    schedule_concurrency: int = 1
 
 
 @dataclass
@@ -149,6 +150,13 @@ class ZoneTree:
     _doubtful: set[str] | None = None
     _reconciling: asyncio.Lock = field(default_factory=asyncio.Lock)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _local_gate: asyncio.Semaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Schedule calls on this zone's own providers in worker threads at once;
+        # the rest wait on the event loop (more threads only contend for the
+        # GIL and the engine lock).
+        self._local_gate = asyncio.Semaphore(max(1, self.config.schedule_concurrency))
 
     # -- children --------------------------------------------------------------------
 
@@ -370,8 +378,9 @@ class ZoneTree:
     async def schedule(self, req: ScheduleRequest) -> dict[str, Any]:
         kids = await self.children()
         if not kids:
-            only: dict[str, Any] = await run_in_threadpool(self.local.schedule_with_summary,
-                                                           req)
+            async with self._local_gate:
+                only: dict[str, Any] = await run_in_threadpool(
+                    self.local.schedule_with_summary, req)
             own = only.pop("own_summary", None)
             if own is None:
                 return only
