@@ -163,6 +163,16 @@ class _Batcher:
         return result
 
     def _execute(self, batch: list[_Slot]) -> None:
+        if len(batch) == 1:
+            # Alone: no savepoint; a failing job rolls the transaction back.
+            s = batch[0]
+            try:
+                with self._db.write() as conn:
+                    s.result = s.job(conn)
+            except Exception as exc:
+                s.error = exc
+            s.done = True
+            return
         try:
             with self._db.write() as conn:
                 for s in batch:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,6 +52,11 @@ def ids_by_name(conn: Connection, names: Iterable[str], *, share_lock: bool = Fa
     wanted = set(names)
     if not wanted:
         return {}
+    # Standard classes can be neither renamed nor deleted: their ids are
+    # remembered per database (the claim path asks on every write).
+    known = _STANDARD_IDS.setdefault(conn.engine, {})
+    if not share_lock and wanted <= known.keys():
+        return {n: known[n] for n in wanted}
     q = sa.select(rc_t.c.name, rc_t.c.id).where(rc_t.c.name.in_(wanted))
     if share_lock and conn.dialect.name == "postgresql":
         q = q.with_for_update(read=True)
@@ -58,7 +64,12 @@ def ids_by_name(conn: Connection, names: Iterable[str], *, share_lock: bool = Fa
     missing = sorted(wanted - found.keys())
     if missing:
         raise errors.BadRequest(f"Unknown resource class: {', '.join(missing)}")
+    known.update({n: i for n, i in found.items() if i < CUSTOM_RC_MIN_ID})
     return found
+
+
+_STANDARD_IDS: weakref.WeakKeyDictionary[sa.Engine, dict[str, int]] = (
+    weakref.WeakKeyDictionary())
 
 
 def names_by_id(conn: Connection) -> dict[int, str]:
