@@ -474,6 +474,8 @@ def _ranked_with_limit(ctx: _Context, simple: npt.NDArray[np.int64], simple_scor
     for j in order.tolist():
         if len(ranked) >= k and bounds[j] + EPS < ranked[k - 1].score:
             break  # no candidate of this or any later tree can enter the top k
+        if len(ranked) >= k and ctx.request.skip_ties and bounds[j] <= ranked[k - 1].score + EPS:
+            break  # at best a tie with the k-th: not worth enumerating
         added = False
         for c in _enumerate_tree(ctx, int(viable[j])):
             if c.identity not in pool:

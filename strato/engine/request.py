@@ -56,6 +56,10 @@ class CandidateRequest:
     same_subtree: tuple[tuple[str, ...], ...] = ()
     # Before microversion 1.29 a candidate may use only one provider per tree.
     nested_aware: bool = True
+    # With a limit: a tree whose best possible score only ties the k-th best
+    # is not explored (the scheduler wants good options; Placement's answer
+    # orders ties by provider uuid, so the API keeps exploring them).
+    skip_ties: bool = False
 
     def group(self, suffix: str) -> RequestGroup:
         for g in self.groups:

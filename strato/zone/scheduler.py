@@ -265,7 +265,7 @@ class LocalScheduler:
                  else max(8, CANDIDATES_PER_INSTANCE * count))
         while True:
             creq = CandidateRequest(groups=groups, group_policy=GroupPolicy(
-                req.group_policy or "none"), limit=limit)
+                req.group_policy or "none"), limit=limit, skip_ties=True)
             cands = builder.build(index, creq, scorer, exclude=~allowed)
             if not cands:
                 return None

@@ -1,6 +1,8 @@
-"""Engine: excluded providers, and its configuration from values or the environment."""
+"""Engine: excluded providers, own claims, skipped ties, and its configuration."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -130,5 +132,41 @@ def test_own_claims_enter_the_index_without_reading_the_store(
         # A report for what the index already has changes nothing.
         engine.own_claim(s4, {cn1: {"VCPU": 1}})
         assert _vcpu_used(engine, cn1) == 5
+    finally:
+        engine.close()
+
+
+def test_skip_ties_keeps_the_best_scores_and_explores_fewer_trees(
+        client: TestClient, sqlite_database: Database) -> None:
+    import strato.engine.candidates as builder
+
+    cloud = Cloud(client)
+    for i in range(6):
+        cloud.host(f"flat{i}", VCPU=8)
+    for i in range(6):
+        cloud.host(f"tree{i}", VCPU=8)
+        cloud.host(f"tree{i}-numa", parent=f"tree{i}", VCPU=8)
+    engine = Engine(sqlite_database)
+    explored: list[int] = []
+    real = builder._enumerate_tree
+
+    def counting(ctx: Any, t: int) -> Any:
+        explored.append(t)
+        return real(ctx, t)
+    try:
+        for skip in (False, True):
+            explored.clear()
+            req = CandidateRequest(groups=VCPU1.groups, limit=3, skip_ties=skip)
+            with engine.fresh() as index:
+                builder._enumerate_tree = counting  # type: ignore[assignment]
+                try:
+                    cands = builder.build(index, req, engine.scorer)
+                finally:
+                    builder._enumerate_tree = real  # type: ignore[assignment]
+            scores = [c.score for c in cands]
+            if not skip:
+                exact, exact_explored = scores, len(explored)
+        assert scores == exact  # the same best scores (ties broken differently)
+        assert len(explored) < exact_explored
     finally:
         engine.close()
