@@ -92,10 +92,15 @@ class WireClient:
         except TimeoutError:
             conn.close()
             raise
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                ValueError) as exc:
+        except (OSError, asyncio.IncompleteReadError) as exc:
             conn.close()
-            raise Broken(f"{type(exc).__name__}: {exc}") from None
+            why = ("connection closed before the answer"
+                   if isinstance(exc, asyncio.IncompleteReadError | ConnectionError)
+                   else f"connection failed: {exc}")
+            raise Broken(why) from None
+        except (asyncio.LimitOverrunError, ValueError) as exc:
+            conn.close()
+            raise Broken(f"not an HTTP answer: {exc}") from None
         if keep:
             self._give(key, conn)
         else:
