@@ -18,6 +18,7 @@ as in doubt and cancel it at the zone when the zone answers again.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -69,10 +70,13 @@ def _decode(resp: httpx.Response) -> Reply:
 
 
 class HttpTransport:
-    def __init__(self, max_connections: int = 64, *, lean: bool = True) -> None:
+    def __init__(self, max_connections: int = 64, *, lean: bool | None = None) -> None:
         self._client = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=max_connections,
                                 max_keepalive_connections=max_connections))
+        if lean is None:
+            # STRATO_ZONE_HTTP=httpx sends every zone call through httpx.
+            lean = os.environ.get("STRATO_ZONE_HTTP", "lean") != "httpx"
         self._wire = wire.WireClient() if lean else None
 
     async def call(self, url: str, method: str, path: str, *, token: str | None,
