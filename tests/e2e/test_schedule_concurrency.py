@@ -167,6 +167,37 @@ def test_concurrent_schedules_fill_capacity_exactly(server: ServerProcess) -> No
           f"{dict(out.codes)}, retries {out.retries}")
 
 
+@pytest.mark.postgres
+def test_two_worker_processes_share_one_postgresql_zone(pg_db_url: str, tmp_path: Path
+                                                       ) -> None:
+    """`--workers 2`: each process has its own index (own claims applied in
+    memory, the other's read from the change log); together they fill the zone
+    exactly, with no overcommit and every success really claimed."""
+    with ServerProcess(pg_db_url, log_path=tmp_path / "server.log",
+                       extra=["--workers", "2"]) as server:
+        with api.client(server.url) as setup:
+            hosts = _hosts(setup, 12, vcpu=8)
+        out = Outcome()
+
+        def worker(c: httpx.Client, rng: random.Random) -> None:
+            for _ in range(MAX_REQUESTS_PER_CLIENT):
+                body = _request(1, rng.choice([1, 1, 2]))
+                code = out.record(body, c.post("/strato/v1/schedule", json=body), None)
+                if code == NO_VALID and body["groups"][0]["resources"]["VCPU"] == 1:
+                    return
+                if code == "unexpected":
+                    return
+            out.unexpected.append("a client never saw the zone full")
+
+        _run_clients(server.url, worker)
+        assert out.unexpected == []
+        assert out.statuses[500] == 0
+        with api.client(server.url) as c:
+            _check_claims(c, hosts, out)
+            used = sum(api.usages(c, rp).get("VCPU", 0) for rp in hosts)
+        assert used == 12 * 8
+
+
 GROUPS = ("web0", "web1", "web2", "web3")
 
 
