@@ -18,22 +18,25 @@ def add_members(conn: Connection, group: str, consumer_uuids: Iterable[str]) -> 
         {"group_name": group, "consumer_uuid": c, "created_at": now} for c in consumer_uuids])
 
 
+_rp, _root = resource_providers, resource_providers.alias("root")
+# Built once: asked on every request with a spread rule, twice.
+_MEMBER_ROOTS = (
+    sa.select(group_members.c.consumer_uuid, _root.c.uuid)
+    .select_from(
+        group_members
+        .join(allocations, allocations.c.consumer_id == group_members.c.consumer_uuid)
+        .join(_rp, _rp.c.id == allocations.c.resource_provider_id)
+        .join(_root, _root.c.id == _rp.c.root_provider_id))
+    .where(group_members.c.group_name == sa.bindparam("group"))
+    .distinct())
+
+
 def member_roots(conn: Connection, group: str) -> dict[str, set[str]]:
     """consumer uuid -> root provider uuids its live allocations are on.
 
     Members without allocations are left out: they are nowhere.
     """
-    rp, root = resource_providers, resource_providers.alias("root")
-    rows = conn.execute(
-        sa.select(group_members.c.consumer_uuid, root.c.uuid)
-        .select_from(
-            group_members
-            .join(allocations, allocations.c.consumer_id == group_members.c.consumer_uuid)
-            .join(rp, rp.c.id == allocations.c.resource_provider_id)
-            .join(root, root.c.id == rp.c.root_provider_id))
-        .where(group_members.c.group_name == group)
-        .distinct()
-    ).all()
+    rows = conn.execute(_MEMBER_ROOTS, {"group": group}).all()
     out: dict[str, set[str]] = {}
     for consumer, root_uuid in rows:
         out.setdefault(consumer, set()).add(root_uuid)

@@ -260,8 +260,11 @@ class LocalScheduler:
         rules += [_solver_rule(m, req.group, hard=False) for m in dropped if m.spread]
         bonus = [m for m in dropped if m.spread is None]
         # Spread rules need room to choose domains; otherwise a few per instance
-        # (the best, plus spares for races) is all the solver looks at.
-        limit = (max(MIN_CANDIDATES, CANDIDATES_PER_INSTANCE * count) if rules
+        # (the best, plus spares for races) is all the solver looks at. One
+        # instance under hard rules only needs no room: the rules' masks already
+        # keep it out of (or in) the domains the group's members hold.
+        choosing = bool(rules) and (count > 1 or any(not r.hard for r in rules))
+        limit = (max(MIN_CANDIDATES, CANDIDATES_PER_INSTANCE * count) if choosing
                  else max(8, CANDIDATES_PER_INSTANCE * count))
         while True:
             creq = CandidateRequest(groups=groups, group_policy=GroupPolicy(
