@@ -91,9 +91,6 @@ class HostView:
                 self._own.discard(self.seq)
             self._own = {s for s in self._own if s > self.seq}
 
-    def current(self) -> int:
-        return self.seq
-
     def refresh(self, conn: Connection) -> None:
         """Catch up with metadata writes committed since the last refresh."""
         with self._lock:

@@ -212,7 +212,7 @@ class LocalScheduler:
         groups = {g for g in spread_groups if g}
         if not groups:
             stale = self.hosts.stale_cached()
-            if stale is not None and self.hosts.current() == self.engine.store_seq():
+            if stale is not None and self.hosts.seq == self.engine.store_seq():
                 return stale, {}
         with self.db.read() as conn:
             self.hosts.refresh(conn)
