@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 import strato
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
+from strato.api.fast import FastSchedule
 from strato.api.middleware import StratoMiddleware
 from strato.api.responses import REQUEST_ID_KEY, error_response
 from strato.api.routes import ROUTERS
@@ -85,7 +86,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.state.scheduler = LocalScheduler(engine, zone=settings.zone_name,
                                          stale_after=settings.stale_after,
                                          zone_tags=tuple(settings.zone_tags),
-                                         location_prefix=settings.location_prefix)
+                                         location_prefix=settings.location_prefix,
+                                         plan_concurrency=settings.schedule_concurrency)
     tree = ZoneTree(db=database, local=app.state.scheduler, transport=zone_transport,
                     config=TreeConfig(name=settings.zone_name,
                                       location_prefix=settings.location_prefix,
@@ -137,6 +139,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
         app.include_router(router)
 
     strategy = auth or (TokenAuth(settings.auth_token) if settings.auth_token else NoAuth())
+    # Runs inside StratoMiddleware: the middleware added last is the outermost.
+    app.add_middleware(FastSchedule, state=app.state)
     app.add_middleware(StratoMiddleware, auth=strategy,
                        max_body_bytes=settings.max_body_bytes)
     return app

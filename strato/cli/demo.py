@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
+from strato.model import errors
 from strato.process import ServerProcess, free_port
 from strato.sim.invariants import Violation, check_databases
 from strato.store import changes
@@ -48,9 +49,11 @@ from strato.store.db import Database
 from strato.store.migrate import upgrade
 from strato.store.resource_classes import ids_by_name as class_ids
 from strato.store.schema import (
+    allocations,
     inventories,
     placement_aggregates,
     provider_meta,
+    provisional_claims,
     resource_provider_aggregates,
     resource_provider_traits,
     resource_providers,
@@ -343,10 +346,16 @@ class Result:
     client_retries: int = 0  # whole requests this client sent again
     reason: str = ""
     after_kill: bool = False
+    code: str = ""  # the error code of a refusal
 
     @property
     def ok(self) -> bool:
         return self.status == 200
+
+    @property
+    def pending(self) -> bool:
+        """Decided across zones, not confirmed by all: recovery settles it."""
+        return self.code == errors.OUTCOME_PENDING
 
 
 def explained(body: Any) -> str:
@@ -387,6 +396,8 @@ def send(client: httpx.Client, kind: str, body: dict[str, Any]) -> Result:
         res.retries = int(answer.get("retries", 0))
     else:
         res.reason = explained(answer)
+        if isinstance(answer, dict):
+            res.code = str((answer.get("errors") or [{}])[0].get("code", ""))
     return res
 
 
@@ -408,9 +419,13 @@ def run_workload(client: httpx.Client, plan: Sequence[tuple[str, dict[str, Any]]
                 next_index += 1
             if i >= len(plan):
                 return
+            with lock:
+                # Sent after the kill: a request in flight when the cell died
+                # may have been placed there, and counts with the first half.
+                after = killed
             res = send(client, *plan[i])
             with lock:
-                res.after_kill = killed
+                res.after_kill = after
                 results.append(res)
                 if len(results) >= len(plan) // 2:
                     half.set()
@@ -548,6 +563,38 @@ def restart_and_settle(client: httpx.Client, zp: ZoneProcesses, parent: str,
         f"which cancelled there the {doubt} request(s) whose answers the kill had lost "
         f"(committed in {KILLED}, placed elsewhere since) in {time.perf_counter() - t0:.1f}s"
         + (f"; [red]{left} still in doubt[/]" if left else ""))
+
+
+def settle_pending(zp: ZoneProcesses, consumers: set[str], timeout: float = 60.0
+                   ) -> set[str]:
+    """Wait until recovery has completed or undone every placement answered
+    `strato.outcome_pending` (no provisional claim left for its consumers in any
+    zone); return those that ended placed (they hold allocations)."""
+    if not consumers:
+        return set()
+    dbs = [Database(f"sqlite:///{zp.db_path(z.name)}") for z in zp.zones]
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            held = set()
+            for db in dbs:
+                with db.read() as conn:
+                    held |= set(conn.execute(sa.select(provisional_claims.c.consumer_uuid)
+                                             .where(provisional_claims.c.consumer_uuid
+                                                    .in_(sorted(consumers)))).scalars())
+            if not held or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        placed: set[str] = set()
+        for db in dbs:
+            with db.read() as conn:
+                placed |= set(conn.execute(sa.select(allocations.c.consumer_id)
+                                           .where(allocations.c.consumer_id
+                                                  .in_(sorted(consumers)))).scalars())
+        return placed
+    finally:
+        for db in dbs:
+            db.dispose()
 
 
 def invariants(zp: ZoneProcesses, live: set[str]) -> list[Violation]:
@@ -702,6 +749,13 @@ def run_demo(providers: int = 2000, requests: int = 500, keep: bool = False,
             console.print(children_table(client, zp, killed_parent))
             restart_and_settle(client, zp, killed_parent, console)
         live = {c for r in results if r.ok for c in r.consumers}
+        pending = {c for r in results if r.pending for c in r.consumers}
+        if pending:
+            settled = settle_pending(zp, pending)
+            console.print(f"{len(pending)} consumer(s) answered {errors.OUTCOME_PENDING} "
+                          f"(decided across zones while {KILLED} was down): recovery "
+                          f"placed {len(settled)} and undid {len(pending - settled)}")
+            live |= settled
         found = invariants(zp, live)
         if found:
             failed = True

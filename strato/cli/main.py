@@ -85,8 +85,8 @@ def serve(
                                         "before it is skipped and marked unhealthy."),
     schedule_concurrency: int = typer.Option(
         1, min=1, max=64, envvar="STRATO_SCHEDULE_CONCURRENCY",
-        help="Schedule requests planned and claimed at once on this zone's own providers, "
-        "per process (others queue)."),
+        help="Schedule requests planned at once on this zone's own providers, per "
+        "process (others queue; their claims overlap and share commits)."),
 ) -> None:
     """Run a Strato zone server (a zone of a zone tree, or a standalone one)."""
     import uvicorn

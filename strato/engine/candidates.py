@@ -90,6 +90,9 @@ def build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, *,
     `exclude` (a mask over index rows) leaves providers out as if they did not
     exist: the scheduler's zone rules (stale hosts, location, tags, spread).
     """
+    fast = _plain(index, request, scorer, exclude)
+    if fast is not None:
+        return fast
     ctx = _prepare(index, request, scorer, max_candidates, seed, exclude)
     if ctx is None:
         return []
@@ -105,6 +108,36 @@ def build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, *,
     complex_cands.sort(key=Candidate.sort_key)
     merged = list(heapq.merge(simple_sorted, complex_cands, key=Candidate.sort_key))
     return _cap(ctx, merged)
+
+
+def _plain(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
+           exclude: BoolArray | None) -> list[Candidate] | None:
+    """The most common request, answered in a few vector operations: one group
+    of resources only (no traits, aggregates or tree), a limit, deterministic
+    ties, over an index of single-provider trees with no sharing provider.
+    The general path gives the same answer for it, with more steps. None:
+    not that request, or not that index."""
+    if len(request.groups) != 1 or request.limit is None or scorer.config.randomize:
+        return None
+    g = request.groups[0]
+    if (g.required or g.forbidden or g.member_of or g.forbidden_aggs
+            or g.in_tree is not None or request.root_required or request.root_forbidden):
+        return None
+    n = index.size
+    if index.layout().nested_root[:n].any() or index.sharing_anchors():
+        return None
+    ok = index.live().copy()  # every live provider is a root here
+    if exclude is not None:
+        ok &= ~exclude[:n]
+    for rc, amount in g.resources:
+        if index.rc_columns(rc) is None:
+            return []
+        ok &= filters.fits(index, rc, amount)
+    ctx = _Context(index=index, request=request, scorer=scorer, groups=[g], masks=[],
+                   anchor_ok=ok, anchors={}, sharing_single=[[]], sharing_entry=[{}],
+                   rng=None, max_candidates=-1)
+    positions = np.flatnonzero(ok)
+    return _top_simple(ctx, positions, _simple_scores(ctx, positions), request.limit)
 
 
 # -- preparation -------------------------------------------------------------
@@ -338,7 +371,16 @@ def _raise_bound(ctx: _Context, best: FloatArray, members: BoolArray, sharing: l
     total = _demand(ctx.groups)[rc]
     raw = np.maximum(ctx.scorer.weigher.item_scores(free - amount, cap),
                      ctx.scorer.weigher.item_scores(free - total, cap))
-    np.maximum.at(best, ctx.index.root[idx], raw[: len(idx)])
+    if len(idx):
+        # Per tree, the best of its members' scores: one segmented max over the
+        # members grouped by root (np.maximum.at was most of this function).
+        lay = ctx.index.layout()
+        vals = np.full(ctx.index.size, NEG_INF)
+        vals[idx] = raw[: len(idx)]
+        starts = lay.offsets[:-1]
+        roots = np.flatnonzero(lay.offsets[1:] > starts)
+        per_root = np.maximum.reduceat(vals[lay.members], starts[roots])
+        best[roots] = np.maximum(best[roots], per_root)
     for j, s in enumerate(sharing):
         targets = ctx.anchors[s]
         best[targets] = np.maximum(best[targets], raw[len(idx) + j])

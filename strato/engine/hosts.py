@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -138,6 +138,16 @@ class HostView:
             loc = tuple(location.split("/")) if location else None
             self._meta[uuid] = _Meta(loc, frozenset(json.loads(tags or "[]")))
         self.version += 1
+
+    def load_static(self, items: Iterable[tuple[str, Sequence[str] | None, Iterable[str]]]
+                    ) -> None:
+        """Metadata given directly, not read from a store: (uuid, location, tags)
+        per provider (the simulator's in-memory zones)."""
+        with self._lock:
+            for uuid, location, tags in items:
+                self._meta[uuid] = _Meta(tuple(location) if location else None,
+                                         frozenset(tags))
+            self.version += 1
 
     def stale_cached(self) -> dict[str, float | None] | None:
         """The stale providers if computed recently enough, else None."""

@@ -11,6 +11,7 @@ log) and read by the pure candidate builder; the caller serialises the two.
 
 from __future__ import annotations
 
+import secrets
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -96,6 +97,11 @@ class ProviderIndex:
         self.agg_cols: dict[str, BoolArray] = {}
         # Bumped whenever tree, traits or aggregates change (not on usage).
         self.structure_version = 0
+        # Bumped whenever room may have grown: usage went down, or providers or
+        # inventories changed. A parent zone keeps a child's "could not fit"
+        # answers while this stays put (strato/zone/failures.py). A new index
+        # starts at a random value, so a restarted process never repeats one.
+        self.freed = secrets.randbits(40)
         self._layout: tuple[int, TreeLayout] | None = None
         self._anchors: tuple[int, dict[int, PosArray]] | None = None
 
@@ -113,6 +119,7 @@ class ProviderIndex:
         """Make the index reflect `records` (upserts) and drop `removed` uuids."""
         structural = False
         recs = list(records)
+        self.freed += 1
         for rec in recs:
             structural |= self._upsert(rec)
         for rec in recs:
@@ -196,6 +203,8 @@ class ProviderIndex:
         if p is None or not self.alive[p]:
             return False
         for name, col in self.rc.items():
+            if used.get(name, 0) < col.used[p]:
+                self.freed += 1
             col.used[p] = used.get(name, 0)
         for name, amount in used.items():
             if name not in self.rc:
@@ -210,6 +219,8 @@ class ProviderIndex:
             return False
         for name, amount in delta.items():
             self.rc[name].used[p] += amount
+            if amount < 0:
+                self.freed += 1
         return True
 
     def _rc_column(self, name: str) -> RcColumns:

@@ -127,19 +127,24 @@ def _hard_ok_alone(o: Option, rules: Sequence[SpreadRule]) -> bool:
     return True
 
 
-def _fits(o: Option, free: Mapping[tuple[str, str], int]) -> bool:
-    need: Counter[tuple[str, str]] = Counter()
+def _need(o: Option) -> list[tuple[tuple[str, str], int]]:
+    need: dict[tuple[str, str], int] = {}
     for rp, rc, amount in o.items:
-        need[(rp, rc)] += amount
-    return all(free.get(k, 0) >= v for k, v in need.items())
+        need[(rp, rc)] = need.get((rp, rc), 0) + amount
+    return list(need.items())
 
 
-def _gain(o: Option, state: _State, rules: Sequence[SpreadRule]) -> float | None:
-    """Score of adding `o` now; None if a hard rule among new instances forbids it."""
+_NO_USE: Counter[str] = Counter()
+
+
+def _gain(o: Option, state: _State, rules: Sequence[SpreadRule],
+          doms: Sequence[str] | None = None) -> float | None:
+    """Score of adding `o` now; None if a hard rule among new instances forbids it.
+    `doms`: the option's domain per rule, when the caller has them."""
     gain = o.score
     for k, r in enumerate(rules):
-        d = _domain(o, r.level)
-        used = state.used[k] if r.among_new else Counter()
+        d = doms[k] if doms is not None else _domain(o, r.level)
+        used = state.used[k] if r.among_new else _NO_USE
         if r.kind is SpreadKind.ANTI_AFFINITY:
             clash = used[d] > 0 or d in r.existing
             if clash and r.hard:
@@ -160,15 +165,29 @@ def _greedy(options: Sequence[Option], allowed: Sequence[int],
             free: Mapping[tuple[str, str], int], count: int, rules: Sequence[SpreadRule],
             atomic: bool) -> Assignment | None:
     state = _State(free=dict(free), used=[Counter() for _ in rules])
+    # Per option, once: what it takes and its domain under each rule.
+    needs: dict[int, list[tuple[tuple[str, str], int]]] = {}
+    doms: dict[int, list[str]] = {}
+    # Hard rules only: a gain is the option's score or nothing, so in order of
+    # score (ties: the given order, as the full scan keeps its first) the first
+    # option that fits and keeps the rules is the pick.
+    hard = all(r.hard for r in rules)
+    order = sorted(allowed, key=lambda i: -options[i].score) if hard else allowed
     for _ in range(count):
         best_i, best_gain = -1, float("-inf")
-        for i in allowed:
-            o = options[i]
-            if not _fits(o, state.free):
+        sfree = state.free
+        for i in order:
+            need = needs.get(i)
+            if need is None:
+                need = needs[i] = _need(options[i])
+                doms[i] = [_domain(options[i], r.level) for r in rules]
+            if not all(sfree.get(k, 0) >= v for k, v in need):
                 continue
-            g = _gain(o, state, rules)
+            g = _gain(options[i], state, rules, doms[i])
             if g is not None and g > best_gain:
                 best_i, best_gain = i, g
+                if hard:
+                    break
         if best_i < 0:
             if atomic:
                 return None
@@ -179,7 +198,9 @@ def _greedy(options: Sequence[Option], allowed: Sequence[int],
         for k, r in enumerate(rules):
             state.used[k][_domain(o, r.level)] += 1
         state.chosen.append(best_i)
-    chosen = _repair(options, allowed, free, state.chosen, rules)
+    # One instance: the greedy pick is already the best that fits.
+    chosen = (state.chosen if count == 1
+              else _repair(options, allowed, free, state.chosen, rules))
     return Assignment(tuple(chosen), _objective(options, chosen, rules),
                       violated(options, chosen, rules))
 
@@ -203,10 +224,15 @@ def _repair(options: Sequence[Option], allowed: Sequence[int],
     pool = sorted(allowed, key=lambda i: -options[i].score)[:REPAIR_MAX_OPTIONS]
     best = list(chosen)
     best_value = _objective(options, best, rules)
+    # Without soft rules the objective is the sum of scores: only an option
+    # that scores higher can improve a move (and the pool is best first).
+    soft = any(not r.hard for r in rules)
     for _ in range(REPAIR_ROUNDS):
         improved = False
         for j in range(len(best)):
             for i in pool:
+                if not soft and options[i].score <= options[best[j]].score + 1e-12:
+                    break
                 if i == best[j]:
                     continue
                 trial = [*best[:j], i, *best[j + 1:]]

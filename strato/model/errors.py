@@ -14,6 +14,10 @@ DUPLICATE_NAME = "placement.duplicate_name"
 PROVIDER_IN_USE = "placement.resource_provider.inuse"
 PROVIDER_CANNOT_DELETE_PARENT = "placement.resource_provider.cannot_delete_parent"
 RESOURCE_PROVIDER_NOT_FOUND = "placement.resource_provider.not_found"
+# Strato: a cross-zone placement was decided but a zone holding part of it did
+# not confirm; recovery completes or undoes it. Not "nothing claimed": a client
+# must not resend the same consumers, but read their allocations later.
+OUTCOME_PENDING = "strato.outcome_pending"
 ILLEGAL_DUPLICATE_QUERYPARAM = "placement.query.duplicate_key"
 QUERYPARAM_BAD_VALUE = "placement.query.bad_value"
 QUERYPARAM_MISSING_VALUE = "placement.query.missing_value"

@@ -28,8 +28,9 @@ def sim(
     scenario: Path = typer.Argument(..., help="Scenario TOML file (see scenarios/)."),
     out: Path = typer.Option(None, help="Write report.json, report.md and plots here."),
     compare: str = typer.Option("strato", help="Policies, comma separated: strato, "
-                                "strato-tree, strato-tree-best, strato-live, random, "
-                                "first-fit, nova, exact."),
+                                "strato-tree, strato-tree-best, strato-memory, "
+                                "strato-tree-memory, strato-live, random, first-fit, nova, "
+                                "exact."),
     seed: int = typer.Option(1, help="Same scenario + seed = same run."),
     seeds: int = typer.Option(1, help="Run seeds SEED .. SEED+N-1 and average the "
                               "headline figures (reports per seed in OUT/seed-K)."),

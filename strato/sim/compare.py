@@ -2,8 +2,11 @@
 
 Policy names: `strato` (in-process zone through LocalScheduler and the
 store), `strato-tree` / `strato-tree-best` (the scenario's zone tree in
-process, delegate / best mode), `strato-live` (a running server at --url), `random`, `first-fit`,
-`nova`, and `exact` (the clairvoyant optimum, small scenarios only).
+process, delegate / best mode), `strato-memory` / `strato-tree-memory` (the
+engine and planner deciding in memory, no store: one zone, or the zone tree
+in delegate mode; see strato/sim/memory.py), `strato-live` (a running server
+at --url), `random`, `first-fit`, `nova`, and `exact` (the clairvoyant optimum,
+small scenarios only).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from strato.sim.runner import Progress, RunResult, run
 from strato.sim.scenario import Scenario
 from strato.sim.target import Target
 
-POLICIES = ("strato", "strato-tree", "strato-tree-best", "strato-live", "random",
+POLICIES = ("strato", "strato-tree", "strato-tree-best", "strato-memory",
+            "strato-tree-memory", "strato-live", "random",
             "first-fit", "nova", "exact")
 
 
@@ -51,6 +55,10 @@ def make_target(name: str, hosts: Sequence[HostSpec], model: ClusterModel,
                                      mode="best" if name.endswith("best") else "delegate")
         target.name = name
         return target
+    if name in ("strato-memory", "strato-tree-memory"):
+        from strato.sim.memory import MemoryTreeTarget
+
+        return MemoryTreeTarget(hosts, scenario, flat=name == "strato-memory")
     if name == "strato-live":
         from strato.sim.live import LiveTarget
 

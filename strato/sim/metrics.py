@@ -100,12 +100,23 @@ class Metrics:
         # Sum of instances x demand x lifetime per class: with the horizon, the
         # steady-state load the workload offers (Little's law), for sizing.
         self._intensity = np.zeros(len(model.classes), dtype=np.float64)
+        self._shapes: dict[tuple[tuple[str, int], ...], tuple[IntMatrix, float, bool]] = {}
+
+    def _demand(self, request: SimRequest) -> tuple[IntMatrix, float, bool]:
+        """(demand row, mean share of the cluster per instance, known classes),
+        once per distinct shape: a run has millions of requests and few shapes."""
+        key = tuple(sorted(request.resources.items()))
+        got = self._shapes.get(key)
+        if got is None:
+            d = self.model.demand(request.resources)
+            total = self.model.total
+            share = np.where(total > 0, d / np.maximum(total, 1), 0.0)
+            known = bool((d >= 0).all())
+            got = self._shapes[key] = (d, float(share.mean()) if known else 0.0, known)
+        return got
 
     def weight(self, request: SimRequest) -> float:
-        d = self.model.demand(request.resources)
-        total = self.model.total
-        share = np.where(total > 0, d / np.maximum(total, 1), 0.0)
-        return float(len(request.consumers) * share.mean()) if (d >= 0).all() else 0.0
+        return len(request.consumers) * self._demand(request)[1]
 
     def record(self, request: SimRequest, out: Outcome, latency: float, ledger: Ledger) -> None:
         self.requests += 1
@@ -115,10 +126,10 @@ class Metrics:
         self.conflicted += 1 if out.retries else 0
         self._t.append(request.time)
         self._life.append(request.lifetime)
-        self._weight.append(self.weight(request))
+        d, share, known = self._demand(request)
+        self._weight.append(len(request.consumers) * share)
         self._ok.append(1 if out.accepted else 0)
-        d = self.model.demand(request.resources)
-        if (d >= 0).all():
+        if known:
             self._intensity += d * (len(request.consumers) * request.lifetime)
         if not out.accepted:
             self.reasons[out.reason or "unknown"] += 1

@@ -63,8 +63,10 @@ def markdown(data: dict[str, Any], images: Sequence[str]) -> str:
             f"| {_pct(s['soft_rules']['satisfaction'])} "
             f"| {s['hard_violations'] + s['invariant_violations']} |")
     lines += ["", "Baselines and `exact` decide on the in-memory model, with no store: "
-              "their latencies show the policy's cost only, while Strato's include the "
-              "engine refresh and the claim's database transaction."]
+              "their latencies show the policy's cost only. So do `strato-memory` and "
+              "`strato-tree-memory` (Strato's planner on in-memory zones), while `strato`, "
+              "`strato-tree` and `strato-live` include the engine refresh and the claim's "
+              "database transaction."]
     ex = data.get("exact")
     if ex:
         lines += ["", "## Gap to the optimum", "",

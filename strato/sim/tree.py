@@ -27,7 +27,7 @@ from strato.sim.target import Outcome, normalise_reason, reason_from_explain
 from strato.sim.workload import SimRequest
 
 
-def _prefix(site: str, hosts: Sequence[HostSpec]) -> str | None:
+def zone_prefix(site: str, hosts: Sequence[HostSpec]) -> str | None:
     """The zone's location prefix: its site, if every host below it is there."""
     return site if hosts and all(h.location[0] == site for h in hosts) else None
 
@@ -50,7 +50,7 @@ class InProcessTreeTarget:
         for path, z in zones:
             below = [h for h in hosts if h.zone == path or h.zone.startswith(path + "/")]
             specs.append(ZoneSpec(name=z.name, parent=parent_of[path],
-                                  location_prefix=_prefix(z.site, below), tags=z.tags))
+                                  location_prefix=zone_prefix(z.site, below), tags=z.tags))
         self.root = zones[0][1].name
         self.tree = build(Path(self._tmp), specs)
         for path, z in zones:

@@ -17,19 +17,18 @@ from datetime import datetime
 from typing import Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 
 from strato.model import errors
 from strato.model.inventory import Inventory, amount_problem
 from strato.store import changes
 from strato.store.db import lock_providers
+from strato.store.raw import Raw, marks
 from strato.store.resource_classes import ids_by_name
 from strato.store.schema import (
     allocations,
     consumer_types,
     consumers,
-    inventories,
     projects,
     resource_classes,
     resource_providers,
@@ -72,35 +71,6 @@ class ClaimResult:
     change_seq: int
 
 
-# The claim path's statements, built once: constructing SQLAlchemy statements
-# per call was most of a claim's CPU. Lists bind as expanding parameters.
-_rp = resource_providers
-_OLD_IDS = sa.select(allocations.c.resource_provider_id).where(
-    allocations.c.consumer_id.in_(sa.bindparam("consumers", expanding=True)))
-_AFFECTED = sa.select(_rp.c.id, _rp.c.uuid, _rp.c.generation).where(
-    sa.or_(_rp.c.uuid.in_(sa.bindparam("uuids", expanding=True)), _rp.c.id.in_(_OLD_IDS)))
-_RELOCKED = sa.select(_rp.c.id, _rp.c.uuid).where(
-    sa.or_(_rp.c.id.in_(sa.bindparam("ids", expanding=True)), _rp.c.id.in_(_OLD_IDS)))
-_CONSUMERS = sa.select(consumers.c.uuid, consumers.c.id, consumers.c.generation).where(
-    consumers.c.uuid.in_(sa.bindparam("consumers", expanding=True)))
-_DELETE_OLD = sa.delete(allocations).where(
-    allocations.c.consumer_id.in_(sa.bindparam("consumers", expanding=True)))
-_BUMP = sa.update(_rp).where(_rp.c.id.in_(sa.bindparam("ids", expanding=True))).values(
-    generation=_rp.c.generation + 1)
-_INSERT = sa.insert(allocations)
-_OTHERS_USED = (
-    sa.select(sa.func.coalesce(sa.func.sum(allocations.c.used), 0))
-    .where(allocations.c.resource_provider_id == inventories.c.resource_provider_id,
-           allocations.c.resource_class_id == inventories.c.resource_class_id,
-           allocations.c.consumer_id.not_in(sa.bindparam("consumers", expanding=True)))
-    .scalar_subquery())
-_INVENTORY_AND_USE = sa.select(
-    inventories.c.resource_provider_id, inventories.c.resource_class_id, inventories.c.total,
-    inventories.c.reserved, inventories.c.min_unit, inventories.c.max_unit,
-    inventories.c.step_size, inventories.c.allocation_ratio, _OTHERS_USED,
-).where(inventories.c.resource_provider_id.in_(sa.bindparam("ids", expanding=True)))
-
-
 def claim(conn: Connection, claims: Sequence[ConsumerClaim]) -> ClaimResult:
     """Replace the allocations of every consumer in `claims`, atomically.
 
@@ -109,41 +79,63 @@ def claim(conn: Connection, claims: Sequence[ConsumerClaim]) -> ClaimResult:
     ((total - reserved) * allocation_ratio) against everyone else's usage.
     Every provider whose usage changes gets its generation bumped. Any failure
     raises a StratoError; the caller's transaction then rolls back.
+
+    The statements run on the DBAPI cursor (`strato.store.raw`): this is the
+    hottest write path, and SQLAlchemy's per-statement work was most of it.
     """
     consumer_uuids = [c.consumer_uuid for c in claims]
     if len(set(consumer_uuids)) != len(consumer_uuids):
         raise errors.BadRequest("a consumer appears more than once in one write")
-
     rc_names = {rc for c in claims for per_rp in c.allocations.values() for rc in per_rp}
     rc_ids = ids_by_name(conn, rc_names)
+    raw = Raw(conn)
+    try:
+        return _claim(conn, raw, claims, consumer_uuids, rc_ids)
+    finally:
+        raw.close()
 
+
+def _providers(raw: Raw, ids_or_uuids: str, values: Sequence[object],
+               consumer_uuids: Sequence[str]) -> list[tuple[int, str]]:
+    """(id, uuid) of the providers named (by `ids_or_uuids` column) plus those the
+    consumers' current allocations use."""
+    old = (f"SELECT resource_provider_id FROM allocations "
+           f"WHERE consumer_id IN ({marks(len(consumer_uuids))})")
+    if not values:
+        rows = raw.all(f"SELECT id, uuid FROM resource_providers WHERE id IN ({old})",
+                       consumer_uuids)
+    else:
+        rows = raw.all(f"SELECT id, uuid FROM resource_providers WHERE {ids_or_uuids} IN "
+                       f"({marks(len(values))}) OR id IN ({old})", [*values, *consumer_uuids])
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def _claim(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim],
+           consumer_uuids: list[str], rc_ids: Mapping[str, int]) -> ClaimResult:
     # Providers named by the new allocations, and those the old ones used:
     # one query for both.
     new_rp_uuids = {u for c in claims for u in c.allocations}
-    rows = conn.execute(_AFFECTED, {"uuids": sorted(new_rp_uuids),
-                                    "consumers": consumer_uuids}).all()
-    named = {str(r[1]): int(r[0]) for r in rows if r[1] in new_rp_uuids}
+    rows = _providers(raw, "uuid", sorted(new_rp_uuids), consumer_uuids)
+    named = {u: i for i, u in rows if u in new_rp_uuids}
     missing = sorted(new_rp_uuids - named.keys())
     if missing:
         raise errors.BadRequest(
             f"Allocation for resource provider '{missing[0]}' that does not exist.")
-    affected_ids = sorted({int(r[0]) for r in rows})
-    uuid_of: dict[int, str] = {int(r[0]): str(r[1]) for r in rows}
-    if conn.dialect.name != "sqlite":
+    affected_ids = sorted({i for i, _ in rows})
+    uuid_of: dict[int, str] = dict(rows)
+    if not raw.sqlite:
         lock_providers(conn, affected_ids)
         # The set of old allocations may have moved before the locks: re-read.
-        locked = conn.execute(_RELOCKED, {"ids": affected_ids,
-                                          "consumers": consumer_uuids}).all()
-        affected_ids = sorted({int(r[0]) for r in locked})
-        uuid_of = {int(r[0]): str(r[1]) for r in locked}
+        locked = _providers(raw, "id", affected_ids, consumer_uuids)
+        affected_ids = sorted({i for i, _ in locked})
+        uuid_of = dict(locked)
         lock_providers(conn, affected_ids)
 
-    existing = _check_consumer_generations(conn, claims)
+    existing = _check_consumer_generations(raw, claims)
 
     # New demand per (provider id, class id), checked against inventories.
     demand: dict[tuple[int, int], int] = defaultdict(int)
-    rows_to_insert: list[dict[str, object]] = []
-    now = utcnow()
+    rows_to_insert: list[tuple[int, str, int, int]] = []
     for c in claims:
         for rp_uuid, per_rc in c.allocations.items():
             rp_id = named[rp_uuid]
@@ -153,34 +145,36 @@ def claim(conn: Connection, claims: Sequence[ConsumerClaim]) -> ClaimResult:
                         f"allocation of {rc_name} on resource provider {rp_uuid} must be a "
                         f"positive integer, got {amount!r}")
                 demand[(rp_id, rc_ids[rc_name])] += amount
-                rows_to_insert.append({
-                    "resource_provider_id": rp_id, "consumer_id": c.consumer_uuid,
-                    "resource_class_id": rc_ids[rc_name], "used": amount,
-                    "created_at": now, "updated_at": now})
+                rows_to_insert.append((rp_id, c.consumer_uuid, rc_ids[rc_name], amount))
     if demand:
-        _check_capacity(conn, claims, demand, rows_to_insert, consumer_uuids, uuid_of, rc_ids)
+        _check_capacity(raw, demand, rows_to_insert, consumer_uuids, uuid_of, rc_ids)
 
-    conn.execute(_DELETE_OLD, {"consumers": consumer_uuids})
-    if rows_to_insert:
-        conn.execute(_INSERT, rows_to_insert)
+    raw.run(f"DELETE FROM allocations WHERE consumer_id IN ({marks(len(consumer_uuids))})",
+            consumer_uuids)
+    now = raw.stamp(utcnow())
+    raw.many("INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, "
+             "used, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+             [(*r, now, now) for r in rows_to_insert])
     # Every affected provider is locked (PostgreSQL) or the database is
     # (SQLite): one statement bumps them all.
-    res = conn.execute(_BUMP, {"ids": affected_ids})
-    if res.rowcount != len(affected_ids):
-        raise errors.ConcurrentUpdate("a resource provider changed concurrently; retry")
+    if affected_ids:
+        bumped = raw.run("UPDATE resource_providers SET generation = generation + 1 "
+                         f"WHERE id IN ({marks(len(affected_ids))})", affected_ids)
+        if bumped != len(affected_ids):
+            raise errors.ConcurrentUpdate("a resource provider changed concurrently; retry")
 
-    generations = _write_consumers(conn, claims, existing)
+    generations = _write_consumers(conn, raw, claims, existing)
     touched = tuple(sorted(uuid_of[i] for i in affected_ids))
     seq = changes.record(conn, "allocation", touched)
     return ClaimResult(generations=generations, touched_providers=touched, change_seq=seq)
 
 
-def _check_consumer_generations(
-    conn: Connection, claims: Sequence[ConsumerClaim]
-) -> dict[str, tuple[int, int]]:
+def _check_consumer_generations(raw: Raw, claims: Sequence[ConsumerClaim]
+                                ) -> dict[str, tuple[int, int]]:
     """Existing consumers as uuid -> (id, generation), after checking generations."""
-    rows = conn.execute(_CONSUMERS, {"consumers": [c.consumer_uuid for c in claims]}).all()
-    existing = {r[0]: (int(r[1]), int(r[2])) for r in rows}
+    rows = raw.all(f"SELECT uuid, id, generation FROM consumers WHERE uuid IN "
+                   f"({marks(len(claims))})", [c.consumer_uuid for c in claims])
+    existing = {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
     for c in claims:
         if isinstance(c.generation, _AnyGeneration):
             continue
@@ -197,10 +191,9 @@ def _check_consumer_generations(
 
 
 def _check_capacity(
-    conn: Connection,
-    claims: Sequence[ConsumerClaim],
+    raw: Raw,
     demand: Mapping[tuple[int, int], int],
-    rows: Sequence[Mapping[str, object]],
+    rows: Sequence[tuple[int, str, int, int]],
     consumer_uuids: Sequence[str],
     uuid_of: Mapping[int, str],
     rc_ids: Mapping[str, int],
@@ -210,22 +203,29 @@ def _check_capacity(
     # Usage by everyone except the consumers being rewritten, per inventory row.
     invs: dict[tuple[int, int], Inventory] = {}
     used: dict[tuple[int, int], int] = {}
-    for r in conn.execute(_INVENTORY_AND_USE, {"ids": rp_ids,
-                                               "consumers": list(consumer_uuids)}):
+    for r in raw.all(
+            "SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, "
+            "i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, "
+            "(SELECT COALESCE(SUM(a.used), 0) FROM allocations a "
+            "WHERE a.resource_provider_id = i.resource_provider_id "
+            "AND a.resource_class_id = i.resource_class_id "
+            f"AND a.consumer_id NOT IN ({marks(len(consumer_uuids))})) "
+            f"FROM inventories i WHERE i.resource_provider_id IN ({marks(len(rp_ids))})",
+            [*consumer_uuids, *rp_ids]):
         key = (int(r[0]), int(r[1]))
         invs[key] = Inventory(
             resource_class=rc_name.get(key[1], str(key[1])), total=r[2], reserved=r[3],
             min_unit=r[4], max_unit=r[5], step_size=r[6], allocation_ratio=r[7])
         used[key] = int(r[8])
-    for row in rows:
-        key = (int(row["resource_provider_id"]), int(row["resource_class_id"]))  # type: ignore[call-overload]
+    for rp_id, _, rc_id, amount in rows:
+        key = (rp_id, rc_id)
         inv = invs.get(key)
         name = rc_name[key[1]]
         if inv is None:
             raise errors.Conflict(
                 f"Unable to allocate inventory: Inventory for '{name}' on resource provider "
                 f"'{uuid_of[key[0]]}' invalid.")
-        problem = amount_problem(inv, int(row["used"]))  # type: ignore[call-overload]
+        problem = amount_problem(inv, amount)
         if problem:
             # Placement treats this as an allocation that does not fit the
             # inventory (InvalidAllocationConstraintsViolated): 409, not 400.
@@ -270,18 +270,17 @@ def _name_id(conn: Connection, table: sa.Table, column: str, value: str,
     return int(committed)
 
 
-def _write_consumers(
-    conn: Connection, claims: Sequence[ConsumerClaim], existing: Mapping[str, tuple[int, int]]
-) -> dict[str, int | None]:
+def _write_consumers(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim],
+                     existing: Mapping[str, tuple[int, int]]) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     fresh: set[tuple[str, str]] = set()
-    now = utcnow()
+    now = raw.stamp(utcnow())
     for c in claims:
         have = existing.get(c.consumer_uuid)
         if not c.allocations:
             # A consumer with no allocations is no longer recorded (as in Placement).
             if have is not None:
-                conn.execute(sa.delete(consumers).where(consumers.c.id == have[0]))
+                raw.run("DELETE FROM consumers WHERE id = ?", (have[0],))
             out[c.consumer_uuid] = None
             continue
         values: dict[str, object] = {"updated_at": now}
@@ -297,25 +296,23 @@ def _write_consumers(
                                                   c.consumer_type, fresh)
         if have is None:
             row = {"uuid": c.consumer_uuid, "generation": 1, "created_at": now, **values}
-            if conn.dialect.name == "sqlite":
+            insert = (f"INSERT INTO consumers ({', '.join(row)}) "
+                      f"VALUES ({marks(len(row))})")
+            if raw.sqlite:
                 # Writers are serialised and the consumer was just read as absent.
-                conn.execute(sa.insert(consumers).values(**row))
-            else:
-                created = conn.execute(
-                    postgresql.insert(consumers).values(**row)
-                    .on_conflict_do_nothing(index_elements=["uuid"])
-                    .returning(consumers.c.id)).first()
-                if created is None:
-                    raise errors.ConcurrentUpdate(
-                        f"consumer generation conflict - consumer {c.consumer_uuid} was "
-                        "created concurrently; retry")
+                raw.run(insert, list(row.values()))
+            elif raw.first(insert + " ON CONFLICT (uuid) DO NOTHING RETURNING id",
+                           list(row.values())) is None:
+                raise errors.ConcurrentUpdate(
+                    f"consumer generation conflict - consumer {c.consumer_uuid} was "
+                    "created concurrently; retry")
             out[c.consumer_uuid] = 1
         else:
-            res = conn.execute(
-                sa.update(consumers)
-                .where(consumers.c.id == have[0], consumers.c.generation == have[1])
-                .values(generation=have[1] + 1, **values))
-            if res.rowcount != 1:
+            sets = ", ".join(f"{k} = ?" for k in values)
+            changed = raw.run(f"UPDATE consumers SET generation = ?, {sets} "
+                              "WHERE id = ? AND generation = ?",
+                              [have[1] + 1, *values.values(), have[0], have[1]])
+            if changed != 1:
                 raise errors.ConcurrentUpdate(
                     f"consumer generation conflict - consumer {c.consumer_uuid} changed "
                     "concurrently; retry")

@@ -7,12 +7,9 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from strato.store.schema import change_counter, changes
+from strato.store.raw import Raw
+from strato.store.schema import change_counter
 from strato.store.util import utcnow
-
-_NEXT = (sa.update(change_counter).where(change_counter.c.id == 1)
-         .values(seq=change_counter.c.seq + 1).returning(change_counter.c.seq))
-_APPEND = sa.insert(changes)
 
 
 def record(conn: Connection, kind: str, provider_uuids: Iterable[str | None]) -> int:
@@ -20,14 +17,22 @@ def record(conn: Connection, kind: str, provider_uuids: Iterable[str | None]) ->
 
     Called last in a write transaction so the counter row is held briefly.
     """
-    seq = conn.execute(_NEXT).scalar_one()
-    now = utcnow()
-    rows = [{"seq": seq, "resource_provider_uuid": u, "kind": kind, "created_at": now}
-            for u in sorted({u for u in provider_uuids if u is not None})]
-    if not rows:
-        rows = [{"seq": seq, "resource_provider_uuid": None, "kind": kind, "created_at": now}]
-    conn.execute(_APPEND, rows)
-    return int(seq)
+    # On the DBAPI cursor: every write ends here, so it is kept cheap.
+    raw = Raw(conn)
+    try:
+        got = raw.first("UPDATE strato_change_counter SET seq = seq + 1 WHERE id = 1 "
+                        "RETURNING seq")
+        assert got is not None, "the change counter row is missing"
+        seq = int(got[0])
+        now = raw.stamp(utcnow())
+        uuids = sorted({u for u in provider_uuids if u is not None})
+        rows: list[tuple[object, ...]] = [(seq, u, kind, now) for u in uuids]
+        rows = rows or [(seq, None, kind, now)]
+        raw.many("INSERT INTO strato_changes (seq, resource_provider_uuid, kind, created_at) "
+                 "VALUES (?, ?, ?, ?)", rows)
+    finally:
+        raw.close()
+    return seq
 
 
 def current_seq(conn: Connection) -> int:
@@ -37,9 +42,10 @@ def current_seq(conn: Connection) -> int:
 
 def since(conn: Connection, seq: int) -> list[tuple[int, str | None, str]]:
     """Changes after `seq`, oldest first: (seq, provider uuid, kind)."""
-    rows = conn.execute(
-        sa.select(changes.c.seq, changes.c.resource_provider_uuid, changes.c.kind)
-        .where(changes.c.seq > seq)
-        .order_by(changes.c.seq)
-    ).all()
+    raw = Raw(conn)
+    try:
+        rows = raw.all("SELECT seq, resource_provider_uuid, kind FROM strato_changes "
+                       "WHERE seq > ? ORDER BY seq", (seq,))
+    finally:
+        raw.close()
     return [(int(r[0]), r[1], r[2]) for r in rows]

@@ -13,6 +13,7 @@ Two kinds of transaction:
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -100,29 +101,47 @@ class Database:
             with self.engine.connect() as conn, conn.begin():
                 yield conn
 
-    def batched(self, job: Callable[[Connection], T]) -> T:
+    def batched(self, job: Callable[[Connection], T],
+                after: Callable[[T], None] | None = None) -> T:
         """Run `job` in a write transaction, grouped with concurrent callers' jobs.
 
         Group commit: on SQLite every commit is an fsync, so concurrent claims
         share one transaction, each job inside its own savepoint (a job that
         raises is rolled back alone and its caller gets the exception). On
         PostgreSQL, which groups commits itself, this is a plain write().
+
+        `after(result)` runs as soon as the job's work is committed (in the
+        thread that committed it, before the caller wakes), never otherwise.
         """
         if not self.is_sqlite:
             with self.write() as conn:
-                return job(conn)
-        return self._batcher.run(job)
+                result = job(conn)
+            _after(after, result)
+            return result
+        return self._batcher.run(job, after)
 
     def dispose(self) -> None:
         self.engine.dispose()
 
 
 T = TypeVar("T")
+log = logging.getLogger("strato.store")
+
+
+def _after(hook: Callable[[Any], None] | None, result: Any) -> None:
+    """A post-commit hook: what it does is an optimisation, so it may not fail the job."""
+    if hook is None:
+        return
+    try:
+        hook(result)
+    except Exception:
+        log.exception("post-commit hook failed")
 
 
 @dataclass(slots=True)
 class _Slot:
     job: Callable[[Connection], Any]
+    after: Callable[[Any], None] | None = None
     done: bool = False
     result: Any = None
     error: BaseException | None = None
@@ -140,8 +159,9 @@ class _Batcher:
         self._pending: list[_Slot] = []
         self._running = False
 
-    def run(self, job: Callable[[Connection], T]) -> T:
-        slot = _Slot(job)
+    def run(self, job: Callable[[Connection], T],
+            after: Callable[[T], None] | None = None) -> T:
+        slot = _Slot(job, after)
         with self._cv:
             self._pending.append(slot)
             while self._running and not slot.done:
@@ -171,6 +191,8 @@ class _Batcher:
                     s.result = s.job(conn)
             except Exception as exc:
                 s.error = exc
+            else:
+                _after(s.after, s.result)
             s.done = True
             return
         try:
@@ -185,6 +207,10 @@ class _Batcher:
             for s in batch:
                 if s.error is None:
                     s.error = exc
+        else:
+            for s in batch:
+                if s.error is None:
+                    _after(s.after, s.result)
         for s in batch:
             s.done = True
 

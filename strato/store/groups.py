@@ -8,27 +8,28 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from strato.store.schema import allocations, group_members, resource_providers
-from strato.store.util import insert_ignore, utcnow
+from strato.store.raw import Raw
+from strato.store.util import utcnow
 
 
 def add_members(conn: Connection, group: str, consumer_uuids: Iterable[str]) -> None:
-    now = utcnow()
-    insert_ignore(conn, group_members, [
-        {"group_name": group, "consumer_uuid": c, "created_at": now} for c in consumer_uuids])
+    raw = Raw(conn)
+    try:
+        now = raw.stamp(utcnow())
+        raw.many("INSERT INTO strato_group_members (group_name, consumer_uuid, created_at) "
+                 "VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                 [(group, c, now) for c in consumer_uuids])
+    finally:
+        raw.close()
 
 
-_rp, _root = resource_providers, resource_providers.alias("root")
-# Built once: asked on every request with a spread rule, twice.
+# Asked on every request with a spread rule, twice: on the DBAPI cursor.
 _MEMBER_ROOTS = (
-    sa.select(group_members.c.consumer_uuid, _root.c.uuid)
-    .select_from(
-        group_members
-        .join(allocations, allocations.c.consumer_id == group_members.c.consumer_uuid)
-        .join(_rp, _rp.c.id == allocations.c.resource_provider_id)
-        .join(_root, _root.c.id == _rp.c.root_provider_id))
-    .where(group_members.c.group_name == sa.bindparam("group"))
-    .distinct())
+    "SELECT DISTINCT m.consumer_uuid, root.uuid FROM strato_group_members m "
+    "JOIN allocations a ON a.consumer_id = m.consumer_uuid "
+    "JOIN resource_providers rp ON rp.id = a.resource_provider_id "
+    "JOIN resource_providers root ON root.id = rp.root_provider_id "
+    "WHERE m.group_name = ?")
 
 
 def member_roots(conn: Connection, group: str) -> dict[str, set[str]]:
@@ -36,7 +37,11 @@ def member_roots(conn: Connection, group: str) -> dict[str, set[str]]:
 
     Members without allocations are left out: they are nowhere.
     """
-    rows = conn.execute(_MEMBER_ROOTS, {"group": group}).all()
+    raw = Raw(conn)
+    try:
+        rows = raw.all(_MEMBER_ROOTS, (group,))
+    finally:
+        raw.close()
     out: dict[str, set[str]] = {}
     for consumer, root_uuid in rows:
         out.setdefault(consumer, set()).add(root_uuid)

@@ -14,7 +14,7 @@ the answer explains why, stage by stage.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,13 +67,119 @@ class Plan:
     rows: dict[str, int] = field(default_factory=dict)
 
 
+class Planner:
+    """Planning on one view of a zone (index, host arrays, stale rows, group
+    members): candidates, rules, solver, relaxation and explain. No store: the
+    caller brings the view and claims the plan (LocalScheduler in a server; the
+    simulator's in-memory zones)."""
+
+    def __init__(self, *, zone: str, levels: tuple[str, ...]) -> None:
+        self.zone = zone
+        self.levels = levels
+
+    def plan(self, req: ScheduleRequest, index: ProviderIndex, hosts: HostArrays,
+             stale_rows: BoolArray, members: Mapping[str, Mapping[str, set[str]]], *,
+             explain_failure: bool = True) -> Plan:
+        """The plan for `req` on this view; raises NoValidPlacement with the explain
+        (an empty one if not `explain_failure`: the funnel is costly to count)."""
+        groups = candidate_groups(req)
+        scorer = Scorer(WeigherConfig(name=req.weigher.name,
+                                      class_weights=dict(req.weigher.class_weights)))
+        masks = rule_masks(index, hosts, list(req.constraints), req.group, members,
+                           self.levels)
+        return self._search(req, index, hosts, groups, scorer, stale_rows, masks,
+                            explain_failure)
+
+    def _search(self, req: ScheduleRequest, index: ProviderIndex, hosts: HostArrays,
+                groups: tuple[RequestGroup, ...], scorer: Scorer, stale_rows: BoolArray,
+                masks: list[RuleMask], explain_failure: bool = True) -> Plan:
+        hard = [m for m in masks if m.hard]
+        soft = sorted((m for m in masks if not m.hard), key=lambda m: (-m.weight, m.index))
+        base = ~stale_rows
+        for m in hard:
+            base = base & m.allowed
+        count = len(req.consumers)
+        # Perfect matches first: every soft rule enforced; then drop the
+        # lowest weight one at a time.
+        for keep in range(len(soft), -1, -1):
+            active, dropped = soft[:keep], soft[keep:]
+            allowed = base
+            for m in active:
+                allowed = allowed & m.allowed
+            found = self._assign(req, index, hosts, groups, scorer, allowed,
+                                 hard + active, dropped, count)
+            if found is not None:
+                options, assignment = found
+                explain = (self._explain(index, groups, stale_rows, hard + active)
+                           if req.explain else None)
+                # In the order they were dropped: lowest weight first.
+                return Plan(options, assignment, relaxed=dropped[::-1], explain=explain)
+        if not explain_failure:
+            raise NoValidPlacement(f"no valid placement for {count} consumer(s) in zone "
+                                   f"{self.zone}", {})
+        explain = self._explain(index, groups, stale_rows, hard)
+        raise NoValidPlacement(
+            f"no valid placement for {count} consumer(s) in zone {self.zone}: "
+            f"{explain['summary']}", explain)
+
+    def _assign(self, req: ScheduleRequest, index: ProviderIndex, hosts: HostArrays,
+                groups: tuple[RequestGroup, ...], scorer: Scorer, allowed: BoolArray,
+                enforced: Sequence[RuleMask], dropped: Sequence[RuleMask], count: int
+                ) -> tuple[list[Option], Assignment] | None:
+        rules = [_solver_rule(m, req.group, hard=True) for m in enforced if m.spread]
+        rules += [_solver_rule(m, req.group, hard=False) for m in dropped if m.spread]
+        bonus = [m for m in dropped if m.spread is None]
+        # Options carry their failure domains at the levels the rules spread over.
+        levels = tuple(sorted({r.level for r in rules}))
+        # Spread rules need room to choose domains; otherwise a few per instance
+        # is all the solver looks at. One instance under hard rules only needs
+        # no room: the rules' masks already keep it out of (or in) the domains
+        # the group's members hold.
+        # Soft rules weigh score against spread: they get the most room. Hard
+        # ones only need enough domains, and the greedy takes them best first;
+        # too few candidates for that and the loop below widens.
+        soft = any(not r.hard for r in rules)
+        if soft:
+            limit = max(MIN_CANDIDATES, CANDIDATES_PER_INSTANCE * count)
+        elif count == 1 and not bonus:
+            # One instance, nothing to weigh but the score: the best candidate
+            # is the answer (it fits: candidates are built on free capacity).
+            limit = 1
+        else:
+            limit = max(8, CANDIDATES_PER_INSTANCE * count)
+        while True:
+            creq = CandidateRequest(groups=groups, group_policy=GroupPolicy(
+                req.group_policy or "none"), limit=limit, skip_ties=True)
+            cands = builder.build(index, creq, scorer, exclude=~allowed)
+            if not cands:
+                return None
+            options = [_option(index, hosts, c, levels, bonus) for c in cands]
+            free = _free(index, options)
+            got = solve(options, free, count, rules, atomic=req.atomic)
+            if got is not None and got.choices:
+                return options, got
+            if len(cands) < limit:
+                return None  # the engine had no more to offer
+            limit *= 8
+
+    def _explain(self, index: ProviderIndex, groups: tuple[RequestGroup, ...],
+                 stale_rows: BoolArray, rules: Sequence[RuleMask]) -> dict[str, Any]:
+        cuts = explainer.zone_cuts(index, stale_rows, rules)
+        funnels = [(g.suffix, explainer.group_funnel(index, g, cuts)) for g in groups]
+        return {
+            "zone": self.zone,
+            "summary": explainer.summary(funnels),
+            "groups": [{"suffix": s, **f.as_dict()} for s, f in funnels],
+        }
+
+
 class LocalScheduler:
     """Schedules over one zone's own providers. Thread-safe."""
 
     def __init__(self, engine: Engine, *, zone: str = "local",
                  levels: tuple[str, ...] = DEFAULT_LEVELS,
                  stale_after: float = 90.0, zone_tags: tuple[str, ...] = (),
-                 location_prefix: str | None = None) -> None:
+                 location_prefix: str | None = None, plan_concurrency: int = 0) -> None:
         self.engine = engine
         self.db = engine.db
         self.zone = zone
@@ -81,7 +187,14 @@ class LocalScheduler:
         self.hosts = HostView(levels=levels, stale_after=stale_after, zone_tags=zone_tags,
                               zone_location=(tuple(location_prefix.split("/"))
                                              if location_prefix else None))
+        self.planner = Planner(zone=zone, levels=levels)
         self._lock = threading.Lock()
+        # At most this many requests plan at once (0: no limit). Planning is
+        # CPU under the GIL: more planners only contend. Claims are not gated:
+        # while one request waits for its commit, the next plans, and
+        # concurrent claims share a transaction (Database.batched).
+        self._plan_gate = (threading.BoundedSemaphore(plan_concurrency)
+                           if plan_concurrency > 0 else None)
 
     # -- entry point -----------------------------------------------------------
 
@@ -97,7 +210,11 @@ class LocalScheduler:
                 return self._replay(found)
         retries = 0
         while True:
-            plan = self._plan(req)
+            if self._plan_gate is None:
+                plan = self._plan(req)
+            else:
+                with self._plan_gate:
+                    plan = self._plan(req)
             if req.dry_run:
                 return self._answer(req, plan, retries)
             try:
@@ -191,18 +308,12 @@ class LocalScheduler:
     # -- planning ----------------------------------------------------------------
 
     def _plan(self, req: ScheduleRequest) -> Plan:
-        groups = candidate_groups(req)
-        scorer = Scorer(WeigherConfig(name=req.weigher.name,
-                                      class_weights=dict(req.weigher.class_weights)))
         spread_groups = {c.group or req.group for c in req.constraints
                          if isinstance(c, SpreadRuleSpec)}
         stale, members = self._host_state(spread_groups)
         with self.engine.fresh() as index:
             hosts = self.hosts.arrays(index)
-            stale_rows = _rows_of(index, stale)
-            masks = rule_masks(index, hosts, list(req.constraints), req.group, members,
-                               self.levels)
-            return self._search(req, index, hosts, groups, scorer, stale_rows, masks)
+            return self.planner.plan(req, index, hosts, _rows_of(index, stale), members)
 
     def _host_state(self, spread_groups: set[str | None]
                     ) -> tuple[dict[str, float | None], dict[str, dict[str, set[str]]]]:
@@ -220,83 +331,13 @@ class LocalScheduler:
             members = {g: group_store.member_roots(conn, g) for g in groups}
         return stale, members
 
-    def _search(self, req: ScheduleRequest, index: ProviderIndex, hosts: HostArrays,
-                groups: tuple[RequestGroup, ...], scorer: Scorer, stale_rows: BoolArray,
-                masks: list[RuleMask]) -> Plan:
-        hard = [m for m in masks if m.hard]
-        soft = sorted((m for m in masks if not m.hard), key=lambda m: (-m.weight, m.index))
-        base = ~stale_rows
-        for m in hard:
-            base = base & m.allowed
-        count = len(req.consumers)
-        # Perfect matches first: every soft rule enforced; then drop the
-        # lowest weight one at a time.
-        for keep in range(len(soft), -1, -1):
-            active, dropped = soft[:keep], soft[keep:]
-            allowed = base
-            for m in active:
-                allowed = allowed & m.allowed
-            found = self._assign(req, index, hosts, groups, scorer, allowed,
-                                 hard + active, dropped, count)
-            if found is not None:
-                options, assignment = found
-                explain = (self._explain(index, groups, stale_rows, hard + active)
-                           if req.explain else None)
-                # In the order they were dropped: lowest weight first.
-                return Plan(options, assignment, relaxed=dropped[::-1], explain=explain)
-        if not req.atomic:
-            # Nothing at all fits, even one instance: same answer as atomic.
-            pass
-        explain = self._explain(index, groups, stale_rows, hard)
-        raise NoValidPlacement(
-            f"no valid placement for {count} consumer(s) in zone {self.zone}: "
-            f"{explain['summary']}", explain)
-
-    def _assign(self, req: ScheduleRequest, index: ProviderIndex, hosts: HostArrays,
-                groups: tuple[RequestGroup, ...], scorer: Scorer, allowed: BoolArray,
-                enforced: Sequence[RuleMask], dropped: Sequence[RuleMask], count: int
-                ) -> tuple[list[Option], Assignment] | None:
-        rules = [_solver_rule(m, req.group, hard=True) for m in enforced if m.spread]
-        rules += [_solver_rule(m, req.group, hard=False) for m in dropped if m.spread]
-        bonus = [m for m in dropped if m.spread is None]
-        # Spread rules need room to choose domains; otherwise a few per instance
-        # (the best, plus spares for races) is all the solver looks at. One
-        # instance under hard rules only needs no room: the rules' masks already
-        # keep it out of (or in) the domains the group's members hold.
-        choosing = bool(rules) and (count > 1 or any(not r.hard for r in rules))
-        limit = (max(MIN_CANDIDATES, CANDIDATES_PER_INSTANCE * count) if choosing
-                 else max(8, CANDIDATES_PER_INSTANCE * count))
-        while True:
-            creq = CandidateRequest(groups=groups, group_policy=GroupPolicy(
-                req.group_policy or "none"), limit=limit, skip_ties=True)
-            cands = builder.build(index, creq, scorer, exclude=~allowed)
-            if not cands:
-                return None
-            options = [_option(index, hosts, c, self.levels, bonus) for c in cands]
-            free = _free(index, options)
-            got = solve(options, free, count, rules, atomic=req.atomic)
-            if got is not None and got.choices:
-                return options, got
-            if len(cands) < limit:
-                return None  # the engine had no more to offer
-            limit *= 8
-
-    def _explain(self, index: ProviderIndex, groups: tuple[RequestGroup, ...],
-                 stale_rows: BoolArray, rules: Sequence[RuleMask]) -> dict[str, Any]:
-        cuts = explainer.zone_cuts(index, stale_rows, rules)
-        funnels = [(g.suffix, explainer.group_funnel(index, g, cuts)) for g in groups]
-        return {
-            "zone": self.zone,
-            "summary": explainer.summary(funnels),
-            "groups": [{"suffix": s, **f.as_dict()} for s, f in funnels],
-        }
-
     # -- claiming ------------------------------------------------------------------
 
     def _claim(self, req: ScheduleRequest, plan: Plan, retries: int) -> dict[str, Any]:
         chosen = plan.assignment.choices
         claims = [
-            ConsumerClaim(consumer_uuid=consumer, allocations=_allocations(plan.options[i]),
+            ConsumerClaim(consumer_uuid=consumer,
+                          allocations=option_allocations(plan.options[i]),
                           project_id=req.project_id, user_id=req.user_id,
                           consumer_type=req.consumer_type, generation=None)
             for consumer, i in zip(req.consumers, chosen, strict=False)]
@@ -326,10 +367,11 @@ class LocalScheduler:
             committed[:] = [result.change_seq]
             return answer
 
-        # Concurrent requests share one transaction (one fsync on SQLite).
-        replay = self.db.batched(job)
-        if committed:
-            # Our own write: into the index and host view without reading it back.
+        def applied(_: dict[str, Any] | None) -> None:
+            # Our own write, once committed: into the index and host view without
+            # reading it back (before the next request plans, so it need not read).
+            if not committed:
+                return
             usage: dict[str, dict[str, int]] = {}
             for c in claims:
                 for rp, res in c.allocations.items():
@@ -338,6 +380,9 @@ class LocalScheduler:
                         per[rc] = per.get(rc, 0) + n
             self.engine.own_claim(committed[0], usage)
             self.hosts.own_allocation_change(committed[0])
+
+        # Concurrent requests share one transaction (one fsync on SQLite).
+        replay = self.db.batched(job, applied)
         if replay is None:
             assert req.request_id is not None
             with self.db.read() as conn:
@@ -442,7 +487,7 @@ class LocalScheduler:
             placements.append({
                 "consumer_uuid": consumer, "provider": o.host,
                 "allocations": {rp: {"resources": res}
-                                for rp, res in _allocations(o).items()},
+                                for rp, res in option_allocations(o).items()},
                 "location": o.location,
                 "score": round(o.score, 6), "zone": self.zone})
         return {
@@ -538,7 +583,7 @@ def _free(index: ProviderIndex, options: Sequence[Option]) -> dict[tuple[str, st
     return free
 
 
-def _allocations(o: Option) -> dict[str, dict[str, int]]:
+def option_allocations(o: Option) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for rp, rc, amount in o.items:
         out.setdefault(rp, {})[rc] = out.get(rp, {}).get(rc, 0) + amount

@@ -143,8 +143,9 @@ async def finish(tree: ZoneTree, consumers: list[str], parts: list[dict[str, Any
             # Unknown outcome: leave the decision for recovery to finish.
             log.warning("confirm of %s pending; recovery will finish it", part)
             raise errors.Conflict("a zone holding part of this placement did not answer; "
-                                  "the placement will be completed or undone by recovery",
-                                  errors.CONCURRENT_UPDATE)
+                                  "the placement will be completed or undone by recovery: "
+                                  "read the consumers' allocations later, do not resend them",
+                                  errors.OUTCOME_PENDING)
     if gone:
         await asyncio.gather(*(_remote(tree, part, "release") for part in parts))
         await run_in_threadpool(_release_local, tree, consumers)

@@ -10,6 +10,7 @@ never correctness, because the child re-checks everything when it claims.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -19,8 +20,11 @@ import numpy as np
 from strato.engine.hosts import HostArrays
 from strato.engine.index import BoolArray, ProviderIndex
 
+# `freed` tokens stay below 2**53: exact in JSON for every client.
+TOKEN_MOD = 2**53
 # The summary of a zone without providers of its own.
-EMPTY: dict[str, Any] = {"providers": 0, "classes": {}, "traits": [], "tags_present": []}
+EMPTY: dict[str, Any] = {"providers": 0, "classes": {}, "traits": [], "tags_present": [],
+                         "freed": 0}
 
 
 def own_summary(index: ProviderIndex, hosts: HostArrays, excluded: BoolArray
@@ -43,18 +47,24 @@ def own_summary(index: ProviderIndex, hosts: HostArrays, excluded: BoolArray
                        "largest_free": int(per_root.max()) if n else 0}
     traits = sorted(t for t, col in index.trait_cols.items() if (col[:n] & live).any())
     tags = sorted(t for t, col in hosts.tags.items() if (col[:n] & live).any())
+    # Moves whenever room may have grown here: a release, an inventory change,
+    # or a different set of stale hosts (see strato/zone/failures.py).
+    freed = (index.freed * 1_000_003 + zlib.crc32(np.flatnonzero(excluded[:n]).tobytes())
+             ) % TOKEN_MOD
     return {"providers": int(np.count_nonzero(index.live()[:n])), "classes": classes,
-            "traits": traits, "tags_present": tags}
+            "traits": traits, "tags_present": tags, "freed": freed}
 
 
 def merge(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """One summary for several pools: sums, maxima of largest_free, unions."""
     providers = 0
+    freed = 0
     classes: dict[str, dict[str, int]] = {}
     traits: set[str] = set()
     tags: set[str] = set()
     for part in parts:
         providers += int(part.get("providers", 0))
+        freed += int(part.get("freed", 0))
         traits.update(part.get("traits", []))
         tags.update(part.get("tags_present", []))
         for rc, c in part.get("classes", {}).items():
@@ -63,7 +73,7 @@ def merge(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             acc["used"] += int(c.get("used", 0))
             acc["largest_free"] = max(acc["largest_free"], int(c.get("largest_free", 0)))
     return {"providers": providers, "classes": classes, "traits": sorted(traits),
-            "tags_present": sorted(tags)}
+            "tags_present": sorted(tags), "freed": freed % TOKEN_MOD}
 
 
 def now_iso() -> str:

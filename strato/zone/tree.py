@@ -50,11 +50,16 @@ from strato.store.db import Database
 from strato.store.util import utcnow
 from strato.zone import shared
 from strato.zone import summary as summaries
+from strato.zone.failures import FailureMemory, Refusal, shape_of
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
 from strato.zone.transport import Transport, Unreachable
 
 log = logging.getLogger("strato.zone")
 LOCAL = ""  # the key of this zone's own providers among the options
+REFUSED_BEFORE = "refused as much before, and nothing was freed there since"
+# Worker threads per planner for schedule calls on this zone's own providers:
+# one plans while the others claim (wait for their commit).
+LOCAL_THREADS_PER_PLANNER = 8
 # Children are read from the store at most this often per process (other
 # processes of the zone see a change within this delay; this one at once).
 CHILDREN_TTL_S = 5.0
@@ -144,6 +149,8 @@ class ZoneTree:
     config: TreeConfig = field(default_factory=TreeConfig)
     health: dict[str, Health] = field(default_factory=dict)
     cache: dict[str, Cached] = field(default_factory=dict)
+    # What each child refused, until its summary says room grew there.
+    failures: FailureMemory = field(default_factory=FailureMemory)
     _kids: tuple[float, list[Child]] | None = None
     _own: tuple[float, bool] | None = None
     # Children with requests in doubt (None: not read from the store yet).
@@ -154,9 +161,11 @@ class ZoneTree:
 
     def __post_init__(self) -> None:
         # Schedule calls on this zone's own providers in worker threads at once;
-        # the rest wait on the event loop (more threads only contend for the
-        # GIL and the engine lock).
-        self._local_gate = asyncio.Semaphore(max(1, self.config.schedule_concurrency))
+        # the rest wait on the event loop. The scheduler itself lets
+        # `schedule_concurrency` of them plan at a time; the others here wait
+        # for their commits, which overlap and share transactions.
+        self._local_gate = asyncio.Semaphore(LOCAL_THREADS_PER_PLANNER
+                                             * max(1, self.config.schedule_concurrency))
 
     # -- children --------------------------------------------------------------------
 
@@ -469,6 +478,7 @@ class ZoneTree:
                        ) -> list[tuple[float, str, Child | None]]:
         """(predicted fit, name, child) of everything worth asking, best first."""
         scored: list[tuple[float, str, Child | None]] = []
+        shape = shape_of(req)
         if local and await self.has_providers():
             own = await run_in_threadpool(self.local.summary)
             why = prune_reason(req, own, None, ())
@@ -491,6 +501,12 @@ class ZoneTree:
                 if down:
                     why += f" (unreachable below it: {', '.join(map(str, down))})"
                 outcomes.append(Outcome(c.name, "pruned", why))
+                continue
+            refused = (self.failures.blocks(c.name, shape, cached.body.get("freed"))
+                       if cached else None)
+            if refused is not None:
+                outcomes.append(Outcome(c.name, "pruned", f"pruned: {REFUSED_BEFORE} "
+                                        f"({refused.reason})", refused.explain))
                 continue
             fit = predicted_fit(req, cached.body) if cached else 0.0
             scored.append((fit, c.name, c))
@@ -521,9 +537,12 @@ class ZoneTree:
         err = _error(reply.body)
         if reply.status == 409 and err.get("code") == "strato.no_valid_placement":
             explain = reply.body.get("explain") if isinstance(reply.body, dict) else None
-            return Outcome(child.name, "no_valid_placement",
-                           (explain or {}).get("summary", err.get("detail", "no capacity")),
-                           explain)
+            why = (explain or {}).get("summary", err.get("detail", "no capacity"))
+            cached = self.cache.get(child.name)
+            if cached is not None:
+                self.failures.note(child.name, shape_of(req), cached.body.get("freed"),
+                                   Refusal(str(why), explain))
+            return Outcome(child.name, "no_valid_placement", why, explain)
         if reply.status in (400, 409):
             # The request itself is at fault (bad input, consumer exists):
             # every child would say the same.
@@ -664,7 +683,7 @@ def prune_reason(req: ScheduleRequest, summary: dict[str, Any] | None,
         if not c.hard:
             continue
         if (isinstance(c, LocationRule) and prefix
-                and not _prefix_compatible(c.pattern, prefix)):
+                and not prefix_compatible(c.pattern, prefix)):
             return f"pruned: location prefix {prefix} cannot match {c.pattern}"
         if isinstance(c, TagsRule):
             present = set(zone_tags) | set((summary or {}).get("tags_present", []))
@@ -701,7 +720,7 @@ def prune_reason(req: ScheduleRequest, summary: dict[str, Any] | None,
     return None
 
 
-def _prefix_compatible(pattern: str, prefix: str) -> bool:
+def prefix_compatible(pattern: str, prefix: str) -> bool:
     """Could a location under `prefix` match `pattern`? (segment-wise, both ways)."""
     segments, exact = location_pattern(pattern)
     pre = tuple(prefix.strip("/").split("/"))

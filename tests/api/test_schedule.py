@@ -257,3 +257,24 @@ def test_stale_hosts_are_excluded(client: TestClient) -> None:
     assert client.post(f"/strato/v1/providers/{rp}/heartbeat", json={}).status_code in (200,
                                                                                         204)
     schedule(client, req(1))
+
+
+def test_answers_carry_the_api_headers_and_bad_json_is_400(client: TestClient) -> None:
+    """The schedule route is served by a lean path (strato/api/fast.py): its
+    answers must look like every other route's."""
+    host(client, "h", vcpu=2)
+    for body, status in ((req(1), 200), (req(1, vcpu=4), 409)):
+        r = client.post("/strato/v1/schedule", json=body)
+        assert r.status_code == status, r.text
+        assert r.headers["openstack-api-version"].startswith("placement ")
+        assert r.headers["x-openstack-request-id"].startswith("req-")
+        assert r.headers["content-type"] == "application/json"
+        if status == 409:
+            err = r.json()["errors"][0]
+            assert err["request_id"] == r.headers["x-openstack-request-id"]
+            assert r.json()["explain"]["summary"]
+    r = client.post("/strato/v1/schedule", content=b"{not json",
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["errors"][0]["status"] == 400
+    assert client.get("/strato/v1/schedule").status_code == 405

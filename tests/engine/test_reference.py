@@ -5,14 +5,15 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strato.engine import ProviderIndex, Scorer, WeigherConfig, build
+from strato.engine import ProviderIndex, Scorer, WeigherConfig, build, candidates
 from strato.engine.candidates import Candidate
 from strato.engine.records import ProviderRecord
 from strato.engine.reference import RefCandidate, reference_candidates
-from strato.engine.request import CandidateRequest
+from strato.engine.request import CandidateRequest, RequestGroup
 from tests.engine.worlds import requests, worlds
 
 EPS = 1e-9
@@ -89,3 +90,28 @@ def test_limit_keeps_the_best(case: tuple[list[ProviderRecord], CandidateRequest
     assert len(got) == min(limit, len(expected))
     for mine, theirs in zip(got, expected, strict=False):
         assert abs(mine.score - theirs.score) < EPS
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.integers(1, 4), st.sampled_from(("spread", "pack")))
+def test_the_plain_fast_path_answers_as_the_general_path(data: st.DataObject, limit: int,
+                                                         weigher: str) -> None:
+    """One group of resources over single-provider trees: `_plain` answers; with
+    it switched off, the general path must give the very same candidates."""
+    world = [replace(r, parent_uuid=None, root_uuid=r.uuid, aggregates=frozenset(),
+                     traits=r.traits - {"MISC_SHARES_VIA_AGGREGATE"})
+             for r in data.draw(worlds())]
+    resources = data.draw(st.dictionaries(st.sampled_from(("VCPU", "MEMORY_MB", "DISK_GB")),
+                                          st.integers(1, 8), min_size=1, max_size=3))
+    request = CandidateRequest(groups=(RequestGroup(
+        suffix="", resources=tuple(sorted(resources.items()))),), limit=limit)
+    index = ProviderIndex.build(world)
+    scorer = Scorer(WeigherConfig(name=weigher))
+    fast = build(index, request, scorer)
+    assert candidates._plain(index, request, scorer, None) is not None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(candidates, "_plain", lambda *a: None)
+        general = build(index, request, scorer)
+    assert [(c.items, c.mappings, c.key) for c in fast] == \
+        [(c.items, c.mappings, c.key) for c in general]
+    assert [c.score for c in fast] == pytest.approx([c.score for c in general])

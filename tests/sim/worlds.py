@@ -55,3 +55,10 @@ def tree(requests: int = 40, rate: float = 0.5) -> Scenario:
     from dataclasses import replace
 
     return replace(parse(data), workload=base.workload, name="tree")
+
+
+def assert_clean(summary: dict[str, Any]) -> None:
+    """A run placed something and broke nothing that must hold."""
+    assert summary["accepted"] > 0
+    assert summary["hard_violations"] == 0
+    assert summary["invariant_violations"] == 0, summary["invariant_examples"]

@@ -12,8 +12,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
+from strato.model import errors
 from strato.model.schedule import RequestGroupSpec, ScheduleRequest
 from strato.sim.invariants import assert_databases
 from strato.store import provisional
@@ -231,6 +233,24 @@ def test_crash_after_the_cell_confirmed(tmp_path: Path) -> None:
             "path": [parts[0]["child"], *parts[0]["path"]], "consumers": list(req.consumers)})
         assert r.status_code == 200, r.text
         # ... the root dies before marking its own part done.
+        assert (await shared.recover(root))["finished"] == 1
+        assert await allocations(tree, "global", req.consumers[0])
+        assert await allocations(tree, "c1", req.consumers[0])
+        check(tree)
+    run(tmp_path, scenario)
+
+
+def test_a_cell_that_does_not_confirm_leaves_the_outcome_pending(tmp_path: Path) -> None:
+    """Decided, then the cell is unreachable for every confirm: the answer is
+    `strato.outcome_pending` (not "nothing claimed", which a client would resend),
+    and recovery completes the placement once the cell is back."""
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root, req, answer = await _hold_both(tree, pool)
+        tree.kill("c1")
+        with pytest.raises(errors.Conflict) as caught:
+            await shared._commit(root, list(req.consumers), answer)
+        assert caught.value.code == errors.OUTCOME_PENDING
+        tree.revive("c1")
         assert (await shared.recover(root))["finished"] == 1
         assert await allocations(tree, "global", req.consumers[0])
         assert await allocations(tree, "c1", req.consumers[0])

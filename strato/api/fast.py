@@ -1,0 +1,97 @@
+"""POST /strato/v1/schedule past the framework's per-request machinery.
+
+The hottest route is also the simplest to serve: one JSON body, one model, one
+call into the zone tree, one JSON answer. Through FastAPI each call also paid
+for route matching over every Placement route, dependency solving and three
+more middlewares: a dry run's server CPU went from 3.9 to 3.2 ms without them.
+This middleware sits inside `StratoMiddleware` (request id, microversion,
+authentication and the body limit are done) and answers the route itself.
+
+Anything it would answer differently goes to the normal route instead, with
+the body replayed: a body that does not validate, a caller who is not an
+admin, too many hops. Those answers (400, 403) are then exactly the route's.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.exc import DataError
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from strato.api.auth import CONTEXT_KEY, Context
+from strato.api.responses import REQUEST_ID_KEY, error_body, error_response, json_response
+from strato.api.routes.schedule import MAX_HOPS
+from strato.model import errors
+from strato.model.schedule import ScheduleRequest
+from strato.zone.scheduler import NoValidPlacement
+
+log = logging.getLogger("strato.api")
+PATH = "/strato/v1/schedule"
+
+
+class FastSchedule:
+    def __init__(self, app: ASGIApp, state: Any) -> None:
+        self.app = app
+        self.state = state  # the FastAPI app's state: tree and scheduler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay(b"".join(chunks), receive, message), send)
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        ctx = scope.get(CONTEXT_KEY)
+        req: ScheduleRequest | None
+        try:
+            req = ScheduleRequest.model_validate_json(body)
+        except ValidationError:
+            req = None
+        if req is None or not isinstance(ctx, Context) or not ctx.is_admin or req.hops > MAX_HOPS:
+            await self.app(scope, _replay(body, receive), send)
+            return
+        rid = scope.get(REQUEST_ID_KEY)
+        try:
+            answer = await self.state.tree.schedule(req)
+            response = json_response(answer)
+        except NoValidPlacement as exc:
+            await run_in_threadpool(self.state.scheduler.record_failure, req, exc)
+            err = error_body(409, "Conflict", exc.detail, exc.code, rid)
+            err["explain"] = exc.explain
+            response = json_response(err, 409)
+        except errors.StratoError as exc:
+            response = error_response(exc.status, exc.title, exc.detail, exc.code, rid)
+        except DataError as exc:
+            response = error_response(400, "Bad Request",
+                                      f"invalid value in request: {type(exc.orig).__name__}",
+                                      errors.DEFAULT, rid)
+        except Exception as exc:
+            log.exception("unexpected error on POST %s", PATH)
+            response = error_response(500, "Internal Server Error",
+                                      f"unexpected error: {type(exc).__name__}",
+                                      errors.DEFAULT, rid)
+        await response(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive, then: Message | None = None) -> Receive:
+    """A receive that gives `body` first (then `then`, if any), then the real one."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+    if then is not None:
+        pending = [{"type": "http.request", "body": body, "more_body": True}, then]
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+    return replayed
