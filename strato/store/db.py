@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +121,26 @@ class Database:
             return result
         return self._batcher.run(job, after)
 
+    def submit(self, job: Callable[[Connection], T],
+               after: Callable[[T], None] | None = None) -> Future[T]:
+        """`batched()` without waiting: the job runs in this database's writer
+        thread (grouped with whatever else is waiting) and the future holds its
+        result or exception once committed, `after` done. For an event loop,
+        which must not block on the commit: `asyncio.wrap_future` awaits it."""
+        if not self.is_sqlite:
+            fut: Future[T] = Future()
+
+            def run() -> None:
+                try:
+                    fut.set_result(self.batched(job, after))
+                except BaseException as exc:
+                    fut.set_exception(exc)
+            threading.Thread(target=run, daemon=True).start()
+            return fut
+        return self._batcher.submit(job, after)
+
     def dispose(self) -> None:
+        self._batcher.close()
         self.engine.dispose()
 
 
@@ -145,10 +165,22 @@ class _Slot:
     done: bool = False
     result: Any = None
     error: BaseException | None = None
+    future: Future[Any] | None = None  # submitted, not waited for by a thread
+
+    def finish(self) -> None:
+        self.done = True
+        if self.future is not None:
+            if self.error is not None:
+                self.future.set_exception(self.error)
+            else:
+                self.future.set_result(self.result)
 
 
 class _Batcher:
-    """Leader/follower group commit: whoever finds no batch running runs all waiting jobs."""
+    """Group commit. Threads that wait (`run`) play leader/follower: whoever
+    finds no batch running runs all waiting jobs. Jobs submitted without
+    waiting (`submit`, from an event loop) are run by a writer thread of the
+    batcher's own, started on first use, unless a leader takes them first."""
 
     # Bound the time a batch holds the write lock.
     MAX_BATCH = 64
@@ -158,25 +190,75 @@ class _Batcher:
         self._cv = threading.Condition()
         self._pending: list[_Slot] = []
         self._running = False
+        self._writer: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, job: Callable[[Connection], T],
+               after: Callable[[T], None] | None = None) -> Future[T]:
+        fut: Future[T] = Future()
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("database disposed")
+            self._pending.append(_Slot(job, after, future=fut))
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, daemon=True,
+                                                name="strato-writer")
+                self._writer.start()
+            self._cv.notify_all()
+        return fut
+
+    def close(self) -> None:
+        """Stop the writer thread once what was submitted is done (a later
+        submit starts a new one)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+            writer = self._writer
+        if writer is not None and writer is not threading.current_thread():
+            writer.join(30)
+        with self._cv:
+            self._closed = False
+            if self._writer is writer:
+                self._writer = None
+
+    def _take(self) -> list[_Slot]:
+        """Become the leader (the cv held, no batch running): the next batch."""
+        self._running = True
+        batch, self._pending = (self._pending[: self.MAX_BATCH],
+                                self._pending[self.MAX_BATCH:])
+        return batch
+
+    def _lead(self, batch: list[_Slot]) -> None:
+        try:
+            self._execute(batch)
+        finally:
+            with self._cv:
+                self._running = False
+                self._cv.notify_all()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cv:
+                while self._running or not self._pending:
+                    if self._closed and not self._pending:
+                        return
+                    self._cv.wait()
+                batch = self._take()
+            self._lead(batch)
 
     def run(self, job: Callable[[Connection], T],
             after: Callable[[T], None] | None = None) -> T:
         slot = _Slot(job, after)
         with self._cv:
             self._pending.append(slot)
-            while self._running and not slot.done:
-                self._cv.wait()
-            if not slot.done:
-                self._running = True
-                batch, self._pending = (self._pending[: self.MAX_BATCH],
-                                        self._pending[self.MAX_BATCH:])
-        if not slot.done:
-            try:
-                self._execute(batch)
-            finally:
-                with self._cv:
-                    self._running = False
-                    self._cv.notify_all()
+        while not slot.done:
+            with self._cv:
+                while self._running and not slot.done:
+                    self._cv.wait()
+                if slot.done:
+                    break
+                batch = self._take()
+            self._lead(batch)
         if slot.error is not None:
             raise slot.error
         result: T = slot.result
@@ -193,7 +275,7 @@ class _Batcher:
                 s.error = exc
             else:
                 _after(s.after, s.result)
-            s.done = True
+            s.finish()
             return
         try:
             with self._db.write() as conn:
@@ -212,7 +294,7 @@ class _Batcher:
                 if s.error is None:
                     _after(s.after, s.result)
         for s in batch:
-            s.done = True
+            s.finish()
 
 
 def lock_providers(conn: Connection, provider_ids: list[int]) -> None:

@@ -13,8 +13,9 @@ the answer explains why, stage by stage.
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,6 +196,10 @@ class LocalScheduler:
         # concurrent claims share a transaction (Database.batched).
         self._plan_gate = (threading.BoundedSemaphore(plan_concurrency)
                            if plan_concurrency > 0 else None)
+        # One planner on SQLite (the defaults): an event loop plans itself and
+        # awaits the commit (schedule_async) instead of handing each request to
+        # a worker thread. On PostgreSQL claims block in the caller's thread.
+        self.plans_inline = self.db.is_sqlite and plan_concurrency == 1
 
     # -- entry point -----------------------------------------------------------
 
@@ -225,6 +230,37 @@ class LocalScheduler:
                     raise errors.Conflict(
                         f"gave up after {retries} claims lost to concurrent writers; retry",
                         errors.CONCURRENT_UPDATE) from None
+
+    async def schedule_async(self, req: ScheduleRequest) -> dict[str, Any]:
+        """schedule() for an event loop on SQLite: plans in the caller's thread
+        (the loop: planning is CPU under the GIL, a worker thread would only add
+        a hop and contend) and awaits the claim's commit in the database's
+        writer thread, so the loop plans the next request meanwhile."""
+        self._validate(req)
+        if req.request_id is not None and req.hops == 0:
+            with self.db.read() as conn:
+                found = schedule_requests.get_answer(conn, req.request_id)
+            if found is not None:
+                return self._replay(found)
+        retries = 0
+        while True:
+            plan = self._plan(req)
+            if req.dry_run:
+                return self._answer(req, plan, retries)
+            try:
+                return await self._claim_async(req, plan, retries)
+            except _LostRace:
+                retries += 1
+                if retries > MAX_CLAIM_RETRIES:
+                    raise errors.Conflict(
+                        f"gave up after {retries} claims lost to concurrent writers; retry",
+                        errors.CONCURRENT_UPDATE) from None
+
+    async def schedule_with_summary_async(self, req: ScheduleRequest) -> dict[str, Any]:
+        answer = await self.schedule_async(req)
+        if req.hops > 0 and not req.dry_run:
+            answer["own_summary"] = self.summary()
+        return answer
 
     def explain(self, req: ScheduleRequest) -> dict[str, Any]:
         """A dry run that always explains (POST /strato/v1/explain)."""
@@ -334,6 +370,32 @@ class LocalScheduler:
     # -- claiming ------------------------------------------------------------------
 
     def _claim(self, req: ScheduleRequest, plan: Plan, retries: int) -> dict[str, Any]:
+        job, applied, answer = self._claim_job(req, plan, retries)
+        # Concurrent requests share one transaction (one fsync on SQLite).
+        return self._claimed(req, self.db.batched(job, applied), answer)
+
+    async def _claim_async(self, req: ScheduleRequest, plan: Plan, retries: int
+                           ) -> dict[str, Any]:
+        job, applied, answer = self._claim_job(req, plan, retries)
+        replay = await asyncio.wrap_future(self.db.submit(job, applied))
+        return self._claimed(req, replay, answer)
+
+    def _claimed(self, req: ScheduleRequest, replay: dict[str, Any] | None,
+                 answer: dict[str, Any]) -> dict[str, Any]:
+        if replay is None:
+            assert req.request_id is not None
+            with self.db.read() as conn:
+                found = schedule_requests.get_answer(conn, req.request_id)
+            if found is None:
+                raise errors.Conflict("request_id is being processed by another request; "
+                                      "retry", errors.CONCURRENT_UPDATE)
+            return self._replay(found)
+        return answer
+
+    def _claim_job(self, req: ScheduleRequest, plan: Plan, retries: int
+                   ) -> tuple[Callable[[Connection], dict[str, Any] | None],
+                              Callable[[dict[str, Any] | None], None], dict[str, Any]]:
+        """The claim as a write job, its post-commit hook, and the answer it gives."""
         chosen = plan.assignment.choices
         claims = [
             ConsumerClaim(consumer_uuid=consumer,
@@ -381,17 +443,7 @@ class LocalScheduler:
             self.engine.own_claim(committed[0], usage)
             self.hosts.own_allocation_change(committed[0])
 
-        # Concurrent requests share one transaction (one fsync on SQLite).
-        replay = self.db.batched(job, applied)
-        if replay is None:
-            assert req.request_id is not None
-            with self.db.read() as conn:
-                found = schedule_requests.get_answer(conn, req.request_id)
-            if found is None:
-                raise errors.Conflict("request_id is being processed by another request; "
-                                      "retry", errors.CONCURRENT_UPDATE)
-            return self._replay(found)
-        return answer
+        return job, applied, answer
 
     def _recheck_spread(self, conn: Connection, req: ScheduleRequest, plan: Plan) -> None:
         """Hard affinity rules against the members as committed now, under the

@@ -387,9 +387,12 @@ class ZoneTree:
     async def schedule(self, req: ScheduleRequest) -> dict[str, Any]:
         kids = await self.children()
         if not kids:
-            async with self._local_gate:
-                only: dict[str, Any] = await run_in_threadpool(
-                    self.local.schedule_with_summary, req)
+            only: dict[str, Any]
+            if self.local.plans_inline:
+                only = await self.local.schedule_with_summary_async(req)
+            else:
+                async with self._local_gate:
+                    only = await run_in_threadpool(self.local.schedule_with_summary, req)
             own = only.pop("own_summary", None)
             if own is None:
                 return only
@@ -562,6 +565,8 @@ class ZoneTree:
 
     async def _run_local(self, req: ScheduleRequest) -> dict[str, Any] | Outcome:
         try:
+            if self.local.plans_inline:
+                return await self.local.schedule_async(req)
             return await run_in_threadpool(self.local.schedule, req)
         except NoValidPlacement as exc:
             return Outcome(LOCAL, "no_valid_placement", exc.explain.get("summary", exc.detail),

@@ -1,0 +1,92 @@
+"""store.db: group commit for threads that wait (batched) and for an event loop
+that does not (submit, run by the writer thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from strato.store.db import Database
+
+ROWS = sa.table("t", sa.column("k", sa.Integer))
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    d = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    with d.write() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+    yield d
+    d.dispose()
+
+
+def insert(k: int) -> Callable[[Connection], int]:
+    def job(conn: Connection) -> int:
+        if k < 0:
+            raise ValueError(f"job {k} fails")
+        conn.execute(sa.insert(ROWS).values(k=k))
+        return k
+    return job
+
+
+def stored(db: Database) -> set[int]:
+    with db.read() as conn:
+        return set(conn.execute(sa.select(ROWS.c.k)).scalars())
+
+
+def test_waiting_threads_and_submitted_jobs_share_the_batcher(db: Database) -> None:
+    after: list[int] = []
+    lock = threading.Lock()
+
+    def hook(k: int) -> None:
+        with lock:
+            after.append(k)
+
+    errors: list[BaseException] = []
+
+    def thread(base: int) -> None:
+        for i in range(20):
+            k = base + i if i != 7 else -(base + i)
+            try:
+                db.batched(insert(k), hook)
+            except ValueError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=thread, args=(1000 * (t + 1),)) for t in range(4)]
+    for t in threads:
+        t.start()
+    futures = [db.submit(insert(k), hook) for k in range(1, 41)]
+    futures.append(db.submit(insert(-1), hook))
+    for t in threads:
+        t.join()
+    assert [f.result(10) for f in futures[:-1]] == list(range(1, 41))
+    with pytest.raises(ValueError, match="job -1 fails"):
+        futures[-1].result(10)
+    want = set(range(1, 41)) | {1000 * (t + 1) + i for t in range(4) for i in range(20) if i != 7}
+    assert stored(db) == want
+    # Hooks ran for the committed jobs only; failed jobs raised to their callers.
+    assert sorted(after) == sorted(want)
+    assert len(errors) == 4
+
+
+def test_an_event_loop_awaits_the_commit(db: Database) -> None:
+    async def main() -> list[int]:
+        return list(await asyncio.gather(*(asyncio.wrap_future(db.submit(insert(k)))
+                                           for k in range(50))))
+    assert asyncio.run(main()) == list(range(50))
+    assert stored(db) == set(range(50))
+
+
+def test_dispose_finishes_what_was_submitted_and_a_later_submit_starts_again(
+        db: Database) -> None:
+    futures = [db.submit(insert(k)) for k in range(10)]
+    db.dispose()
+    assert all(f.done() for f in futures)
+    assert db.submit(insert(99)).result(10) == 99
+    assert stored(db) == set(range(10)) | {99}
