@@ -103,6 +103,12 @@ def build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, *,
     limit = request.limit
     if limit is not None:
         return _ranked_with_limit(ctx, simple, simple_scores, viable, bounds, limit)
+    return _all_ranked(ctx, simple, simple_scores, viable)
+
+
+def _all_ranked(ctx: _Context, simple: npt.NDArray[np.int64], simple_scores: FloatArray,
+                viable: npt.NDArray[np.int64]) -> list[Candidate]:
+    """Every candidate, best first (no limit)."""
     simple_sorted = _sorted_simple(ctx, simple, simple_scores)
     complex_cands = _dedupe(c for t in viable.tolist() for c in _enumerate_tree(ctx, t))
     complex_cands.sort(key=Candidate.sort_key)
@@ -142,13 +148,14 @@ def _plain(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
 
 # -- preparation -------------------------------------------------------------
 
-def _prepare(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
-             max_candidates: int, seed: int | None,
-             exclude: BoolArray | None = None) -> _Context | None:
+def _groups(index: ProviderIndex, request: CandidateRequest
+            ) -> list[tuple[RequestGroup, int | None]] | None:
+    """The groups in suffix order, each with its in_tree root position; None
+    when nothing can match (a class no provider has, an unknown in_tree)."""
     groups = sorted(request.groups, key=lambda g: g.suffix)
     if any(index.rc_columns(rc) is None for g in groups for rc in g.resource_classes):
-        return None  # a class no provider has: nothing can match
-    masks: list[GroupMasks] = []
+        return None
+    out: list[tuple[RequestGroup, int | None]] = []
     for g in groups:
         root: int | None = None
         if g.in_tree is not None:
@@ -156,7 +163,21 @@ def _prepare(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
             if p is None or not index.alive[p]:
                 return None  # no such provider: nothing can match (as Placement)
             root = int(index.root[p])
-        masks.append(filters.group_masks(index, g, root))
+        out.append((g, root))
+    return out
+
+
+def _prepare(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
+             max_candidates: int, seed: int | None,
+             exclude: BoolArray | None = None,
+             statics: Sequence[filters.GroupStatic] | None = None) -> _Context | None:
+    found = _groups(index, request)
+    if found is None:
+        return None
+    groups = [g for g, _ in found]
+    masks: list[GroupMasks] = [
+        filters.group_masks(index, g, root, statics[i] if statics is not None else None)
+        for i, (g, root) in enumerate(found)]
     anchor_ok = filters.anchor_roots(index, request.root_required, request.root_forbidden)
     if exclude is not None:
         _apply_exclude(masks, exclude)
@@ -299,11 +320,20 @@ def _complex_viable(ctx: _Context, complex_roots: BoolArray
                     ) -> tuple[npt.NDArray[np.int64], FloatArray]:
     """Complex roots where every group has at least one option, with an upper
     bound of the score of any candidate anchored there."""
+    viable, best = _complex_state(ctx, complex_roots)
+    positions = np.flatnonzero(viable)
+    return positions, _bound(ctx, {rc: b[positions] for rc, b in best.items()})
+
+
+def _complex_state(ctx: _Context, complex_roots: BoolArray
+                   ) -> tuple[BoolArray, dict[str, FloatArray]]:
+    """Per root: viable (a complex root where every group has an option), and
+    per class the best item score any eligible provider could give it."""
     index = ctx.index
     n = index.size
     candidates = complex_roots & ctx.anchor_ok
     if not candidates.any():
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        return candidates, {}
     in_complex = candidates[index.root[:n]]
     viable = candidates.copy()
     # Per class: the best item score any eligible provider could give each tree.
@@ -322,8 +352,7 @@ def _complex_viable(ctx: _Context, complex_roots: BoolArray
                          sharing, rc, amount)
     for b in best.values():
         viable &= b > NEG_INF
-    positions = np.flatnonzero(viable)
-    return positions, _bound(ctx, {rc: b[positions] for rc, b in best.items()})
+    return viable, best
 
 
 def _bound(ctx: _Context, best: dict[str, FloatArray]) -> FloatArray:
@@ -364,13 +393,7 @@ def _raise_bound(ctx: _Context, best: FloatArray, members: BoolArray, sharing: l
     both = np.concatenate([idx, sidx])
     if len(both) == 0:
         return
-    cap = col.capacity[both].astype(np.float64)
-    free = cap - col.used[both]
-    # Merged groups may take more than `amount`; a weigher is monotone in the
-    # amount, so the larger of the two extremes bounds every case.
-    total = _demand(ctx.groups)[rc]
-    raw = np.maximum(ctx.scorer.weigher.item_scores(free - amount, cap),
-                     ctx.scorer.weigher.item_scores(free - total, cap))
+    raw = _item_bounds(ctx, rc, amount, both)
     if len(idx):
         # Per tree, the best of its members' scores: one segmented max over the
         # members grouped by root (np.maximum.at was most of this function).
@@ -384,6 +407,20 @@ def _raise_bound(ctx: _Context, best: FloatArray, members: BoolArray, sharing: l
     for j, s in enumerate(sharing):
         targets = ctx.anchors[s]
         best[targets] = np.maximum(best[targets], raw[len(idx) + j])
+
+
+def _item_bounds(ctx: _Context, rc: str, amount: int, rows: npt.NDArray[np.int64]
+                 ) -> FloatArray:
+    """The best item score each of `rows` could give `rc` in a candidate."""
+    col = ctx.index.rc_columns(rc)
+    assert col is not None
+    cap = col.capacity[rows].astype(np.float64)
+    free = cap - col.used[rows]
+    # Merged groups may take more than `amount`; a weigher is monotone in the
+    # amount, so the larger of the two extremes bounds every case.
+    total = _demand(ctx.groups)[rc]
+    return np.maximum(ctx.scorer.weigher.item_scores(free - amount, cap),
+                      ctx.scorer.weigher.item_scores(free - total, cap))
 
 
 # One way to serve a group: its items, and the providers it maps to.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from strato.engine.index import SHARING_TRAIT, BoolArray, ProviderIndex
 from strato.engine.request import RequestGroup
@@ -18,14 +19,20 @@ from strato.engine.request import RequestGroup
 def fits(index: ProviderIndex, rc: str, amount: int) -> BoolArray:
     """Providers that could take one more `amount` of `rc`: inventory exists,
     free capacity suffices, and min_unit / max_unit / step_size allow it."""
+    return fits_rows(index, rc, amount, slice(0, index.size))
+
+
+def fits_rows(index: ProviderIndex, rc: str, amount: int,
+              rows: slice | npt.NDArray[np.int64]) -> BoolArray:
+    """`fits` for some rows only (a slice or positions), in their order."""
     col = index.rc_columns(rc)
-    n = index.size
     if col is None:
-        return np.zeros(n, dtype=bool)
-    ok: BoolArray = col.has[:n] & (col.used[:n] + amount <= col.capacity[:n])
-    ok &= col.min_unit[:n] <= amount
-    ok &= col.max_unit[:n] >= amount
-    ok &= (amount % col.step[:n]) == 0
+        return np.zeros(len(range(index.size)[rows]) if isinstance(rows, slice)
+                        else len(rows), dtype=bool)
+    ok: BoolArray = col.has[rows] & (col.used[rows] + amount <= col.capacity[rows])
+    ok &= col.min_unit[rows] <= amount
+    ok &= col.max_unit[rows] >= amount
+    ok &= (amount % col.step[rows]) == 0
     return ok
 
 
@@ -98,31 +105,55 @@ class GroupMasks:
     bad_anchor: BoolArray
 
 
-def group_masks(index: ProviderIndex, group: RequestGroup, root: int | None) -> GroupMasks:
-    """Masks for `group`; `root` is the position of the in_tree root, if any."""
-    live = index.live()
-    tree = in_tree(index, root) & live
-    fit = {rc: fits(index, rc, amount) & tree for rc, amount in group.resources}
+@dataclass(slots=True)
+class GroupStatic:
+    """The part of a group's masks that only a change of structure (tree,
+    traits, aggregates, liveness) moves; usage and inventory do not."""
+
+    tree: BoolArray  # live, and within in_tree
+    # tree, the group's traits and aggregates on the provider itself
+    single: BoolArray
+    # Unsuffixed group only: may serve from within its tree / as a sharing provider.
+    tree_ok: BoolArray | None
+    sharing: BoolArray | None
+    bad: BoolArray
+
+
+def group_static(index: ProviderIndex, group: RequestGroup, root: int | None) -> GroupStatic:
+    tree = in_tree(index, root) & index.live()
     member = in_aggregates(index, group.member_of)
     bad = (in_any_aggregate(index, group.forbidden_aggs) if group.forbidden_aggs
            else np.zeros(index.size, dtype=bool))
     no_forbidden = lacks_traits(index, group.forbidden)
     single = tree & has_traits(index, group.required) & no_forbidden & member & ~bad
-    for mask in fit.values():
-        single = single & mask
-    entry: dict[str, BoolArray] = {}
-    shared: dict[str, BoolArray] = {}
+    tree_ok = sharing = None
     if not group.granular:
         # In a tree an aggregate on the root spans the whole tree (Placement).
         tree_member = member | of_root(index, member)
         tree_ok = tree_member & ~bad & ~of_root(index, bad) & no_forbidden
-        sharing = index.trait_mask(SHARING_TRAIT) & member & ~bad & no_forbidden
+        sharing = (index.trait_mask(SHARING_TRAIT) & member & ~bad & no_forbidden
+                   if root is None else np.zeros(index.size, dtype=bool))
+    return GroupStatic(tree=tree, single=single, tree_ok=tree_ok, sharing=sharing, bad=bad)
+
+
+def group_masks(index: ProviderIndex, group: RequestGroup, root: int | None,
+                static: GroupStatic | None = None) -> GroupMasks:
+    """Masks for `group`; `root` is the position of the in_tree root, if any."""
+    st = static if static is not None else group_static(index, group, root)
+    fit = {rc: fits(index, rc, amount) & st.tree for rc, amount in group.resources}
+    single = st.single
+    for mask in fit.values():
+        single = single & mask
+    if not fit:
+        single = single.copy()
+    entry: dict[str, BoolArray] = {}
+    shared: dict[str, BoolArray] = {}
+    if st.tree_ok is not None and st.sharing is not None:
         for rc, mask in fit.items():
-            entry[rc] = mask & tree_ok
-            shared[rc] = (mask & sharing if root is None
-                          else np.zeros(index.size, dtype=bool))
+            entry[rc] = mask & st.tree_ok
+            shared[rc] = mask & st.sharing
     return GroupMasks(group=group, fit=fit, single=single, entry=entry,
-                      shared_entry=shared, bad_anchor=bad)
+                      shared_entry=shared, bad_anchor=st.bad)
 
 
 def anchor_roots(index: ProviderIndex, required: tuple[tuple[str, ...], ...],

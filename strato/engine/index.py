@@ -15,6 +15,7 @@ import secrets
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -97,6 +98,13 @@ class ProviderIndex:
         self.agg_cols: dict[str, BoolArray] = {}
         # Bumped whenever tree, traits or aggregates change (not on usage).
         self.structure_version = 0
+        # Bumped on every change of a row; row_version[p] is the value when row
+        # p last changed (usage, inventory, liveness). Caches derived from the
+        # columns (strato/engine/cache.py) redo just the rows changed since.
+        self.version = 0
+        self.row_version = np.zeros(self._rows, dtype=np.int64)
+        # State other modules derive from this index and keep with it.
+        self.derived: dict[str, Any] = {}
         # Bumped whenever room may have grown: usage went down, or providers or
         # inventories changed. A parent zone keeps a child's "could not fit"
         # answers while this stays put (strato/zone/failures.py). A new index
@@ -142,6 +150,7 @@ class ProviderIndex:
         self.root = _grow(self.root, rows, 0)  # type: ignore[assignment]
         self.uuid_hi = _grow(self.uuid_hi, rows, 0)  # type: ignore[assignment]
         self.uuid_lo = _grow(self.uuid_lo, rows, 0)  # type: ignore[assignment]
+        self.row_version = _grow(self.row_version, rows, 0)  # type: ignore[assignment]
         for col in self.rc.values():
             col.grow(rows)
         for d in (self.trait_cols, self.agg_cols):
@@ -168,6 +177,7 @@ class ProviderIndex:
         structural = p is None
         if p is None:
             p = self._new_row(rec.uuid)
+        self.touch(p)
         self.alive[p] = True
         for name, col in self.rc.items():
             if name not in rec.inventories and col.has[p]:
@@ -202,6 +212,7 @@ class ProviderIndex:
         p = self.pos.get(uuid)
         if p is None or not self.alive[p]:
             return False
+        self.touch(p)
         for name, col in self.rc.items():
             if used.get(name, 0) < col.used[p]:
                 self.freed += 1
@@ -217,6 +228,7 @@ class ProviderIndex:
         p = self.pos.get(uuid)
         if p is None or not self.alive[p] or any(n not in self.rc for n in delta):
             return False
+        self.touch(p)
         for name, amount in delta.items():
             self.rc[name].used[p] += amount
             if amount < 0:
@@ -248,7 +260,19 @@ class ProviderIndex:
         self.root[p] = root
         return changed
 
+    def touch(self, p: int) -> None:
+        """Row `p` changed (whoever writes the columns directly must say so)."""
+        self.version += 1
+        self.row_version[p] = self.version
+
+    def changed_since(self, version: int) -> npt.NDArray[np.int64]:
+        """Rows changed after `version` (a value of `self.version`)."""
+        if version >= self.version:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self.row_version[: self.n] > version)
+
     def _clear_row(self, p: int) -> None:
+        self.touch(p)
         for col in self.rc.values():
             col.has[p] = False
             col.capacity[p] = 0

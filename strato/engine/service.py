@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.engine import Connection
 
-from strato.engine import candidates as builder
+from strato.engine import cache as kept
 from strato.engine.index import BoolArray, ProviderIndex
 from strato.engine.loader import known_names, load_records, load_usage
 from strato.engine.request import CandidateRequest
@@ -327,7 +327,7 @@ class Engine:
     def _query_locked(self, request: CandidateRequest, seq: int,
                       exclude: BoolArray | None = None) -> CandidateResult:
         index = self.index
-        cands = builder.build(index, request, self.scorer,
+        cands = kept.build(index, request, self.scorer,
                               max_candidates=self.config.max_candidates, exclude=exclude)
         uuids = index.uuids
         out: list[AllocationRequest] = []

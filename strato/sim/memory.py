@@ -233,6 +233,7 @@ class MemoryZone(_Node):
             if col.capacity[p] - col.used[p] >= self._largest[j]:
                 self._recount.add(j)  # it had the most free: count again
             col.used[p] += amount
+            index.touch(p)
             self.free_m[p, j] -= amount
             delta[j] += amount
         placed = []
@@ -256,6 +257,7 @@ class MemoryZone(_Node):
             for rc, amount in per.items():
                 col, j = self.index.rc[rc], self.col[rc]
                 col.used[p] -= amount
+                self.index.touch(p)
                 self.free_m[p, j] += amount
                 delta[j] -= amount
                 self._largest[j] = max(self._largest[j], int(self.free_m[p, j]))

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.engine import Connection
 
+from strato.engine import cache as kept
 from strato.engine import candidates as builder
 from strato.engine import explain as explainer
 from strato.engine.constraints import RuleMask, rule_masks
@@ -151,7 +152,7 @@ class Planner:
         while True:
             creq = CandidateRequest(groups=groups, group_policy=GroupPolicy(
                 req.group_policy or "none"), limit=limit, skip_ties=True)
-            cands = builder.build(index, creq, scorer, exclude=~allowed)
+            cands = kept.build(index, creq, scorer, exclude=~allowed)
             if not cands:
                 return None
             options = [_option(index, hosts, c, levels, bonus) for c in cands]

@@ -1,0 +1,211 @@
+"""Candidate search state kept between requests of one shape.
+
+A scheduler sees the same few request shapes over and over (a flavor, the
+same exclusions), and between two of them only the rows its last claims
+touched have changed. Recomputing every mask, score and tree bound over the
+whole index for each request is the bulk of a plan's cost; this keeps them
+per shape and redoes only the rows changed since (`ProviderIndex.row_version`)
+and the rows whose exclusion changed, then ranks as `candidates.build` does.
+The answer is the same list `build` gives (tests hold the two together).
+
+Kept on the index (so a rebuilt index starts empty), at most MAX_ENTRIES
+shapes, least recently used dropped first. A change of structure (trees,
+traits, aggregates, providers added or removed) rebuilds an entry. Not used
+with random tie-breaks or when sharing providers exist (a sharing provider's
+row moves the bounds of every tree it serves).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from strato.engine import candidates as cb
+from strato.engine import filters
+from strato.engine.index import BoolArray, ProviderIndex
+from strato.engine.request import CandidateRequest, GroupPolicy
+from strato.engine.weighers import FloatArray, Scorer
+
+MAX_ENTRIES = 16
+# Past this share of changed rows, recomputing everything vectorised is cheaper.
+FULL_SHARE = 0.25
+_KEY = "candidate-cache"
+
+
+@dataclass(slots=True)
+class _Entry:
+    structure: int
+    size: int
+    version: int
+    keep: BoolArray  # rows not excluded when last brought up to date
+    ctx: cb._Context
+    statics: list[filters.GroupStatic]
+    anchor_static: BoolArray
+    complex_roots: BoolArray
+    simple_ok: BoolArray
+    simple_score: FloatArray
+    viable: BoolArray
+    best: dict[str, FloatArray]
+    multi: list[tuple[str, int]]  # classes asked by several groups: (class, total)
+
+
+def build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, *,
+          max_candidates: int = -1, seed: int | None = None,
+          exclude: BoolArray | None = None) -> list[cb.Candidate]:
+    """What `candidates.build` answers, from kept state where it can."""
+    fast = cb._plain(index, request, scorer, exclude)
+    if fast is not None:
+        return fast
+    kept = build_kept(index, request, scorer, max_candidates=max_candidates, exclude=exclude)
+    if kept is not None:
+        return kept
+    return cb.build(index, request, scorer, max_candidates=max_candidates, seed=seed,
+                    exclude=exclude)
+
+
+def build_kept(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, *,
+               max_candidates: int = -1, exclude: BoolArray | None = None
+               ) -> list[cb.Candidate] | None:
+    """`candidates.build` from kept state; None when this request cannot use it."""
+    if (scorer.config.randomize or index.sharing_anchors()
+            or (request.group_policy is GroupPolicy.ISOLATE and request.granular_count > 1)):
+        return None
+    caches: OrderedDict[Any, _Entry] = index.derived.setdefault(_KEY, OrderedDict())
+    weights = tuple(sorted(scorer.config.class_weights.items()))
+    key = (request, scorer.config.name, weights, max_candidates)
+    n = index.size
+    keep = ~exclude[:n] if exclude is not None else np.ones(n, dtype=bool)
+    entry = caches.get(key)
+    if entry is not None and (entry.structure != index.structure_version or entry.size != n):
+        entry = None
+    if entry is None:
+        entry = _new(index, request, scorer, max_candidates, exclude, keep)
+        if entry is None:
+            return []  # nothing can match (as build)
+        caches[key] = entry
+        while len(caches) > MAX_ENTRIES:
+            caches.popitem(last=False)
+    else:
+        caches.move_to_end(key)
+        rows = index.changed_since(entry.version)
+        moved = np.flatnonzero(keep != entry.keep)
+        if len(moved):
+            rows = np.union1d(rows, moved)
+        if len(rows) > FULL_SHARE * n:
+            entry = _new(index, request, scorer, max_candidates, exclude, keep)
+            if entry is None:
+                return []
+            caches[key] = entry
+        elif len(rows):
+            _update(entry, index, rows, keep)
+        entry.version = index.version
+    return _ranked(entry)
+
+
+def _new(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
+         max_candidates: int, exclude: BoolArray | None, keep: BoolArray) -> _Entry | None:
+    found = cb._groups(index, request)
+    if found is None:
+        return None
+    statics = [filters.group_static(index, g, root) for g, root in found]
+    ctx = cb._prepare(index, request, scorer, max_candidates, None, exclude, statics)
+    if ctx is None:
+        return None
+    n = index.size
+    complex_roots = cb._complex_roots(ctx)
+    simple = cb._simple_positions(ctx, complex_roots)
+    simple_ok = np.zeros(n, dtype=bool)
+    simple_ok[simple] = True
+    simple_score = np.zeros(n, dtype=np.float64)
+    simple_score[simple] = cb._simple_scores(ctx, simple)
+    viable, best = cb._complex_state(ctx, complex_roots)
+    demand = cb._demand(ctx.groups)
+    multi = [(rc, total) for rc, total in demand.items()
+             if sum(1 for g in ctx.groups if rc in g.resource_classes) > 1]
+    # Every class asked has a bound array, so that a tree can become viable later.
+    for rc in demand:
+        best.setdefault(rc, np.full(n, cb.NEG_INF))
+    return _Entry(structure=index.structure_version, size=n, version=index.version,
+                  keep=keep, ctx=ctx, statics=statics,
+                  anchor_static=filters.anchor_roots(index, request.root_required,
+                                                     request.root_forbidden),
+                  complex_roots=complex_roots, simple_ok=simple_ok,
+                  simple_score=simple_score, viable=viable.copy(), best=best, multi=multi)
+
+
+def _update(e: _Entry, index: ProviderIndex, rows: npt.NDArray[np.int64],
+            keep: BoolArray) -> None:
+    """Bring masks, simple scores and tree bounds up to date on `rows`."""
+    ctx = e.ctx
+    k = keep[rows]
+    for m, st in zip(ctx.masks, e.statics, strict=True):
+        single = st.single[rows] & k
+        for rc, amount in m.group.resources:
+            fit = filters.fits_rows(index, rc, amount, rows) & st.tree[rows] & k
+            m.fit[rc][rows] = fit
+            single &= fit
+            if st.tree_ok is not None and st.sharing is not None:
+                m.entry[rc][rows] = fit & st.tree_ok[rows]
+                m.shared_entry[rc][rows] = fit & st.sharing[rows]
+        m.single[rows] = single
+    ctx.anchor_ok[rows] = e.anchor_static[rows] & k
+    e.keep = keep
+    # Single-provider trees: as candidates._simple_positions and _simple_scores.
+    ok = ctx.anchor_ok[rows] & ~e.complex_roots[rows]
+    for m in ctx.masks:
+        ok &= m.single[rows]
+    for rc, total in e.multi:
+        col = index.rc_columns(rc)
+        assert col is not None
+        ok &= (col.used[rows] + total <= col.capacity[rows]) & (col.max_unit[rows] >= total)
+    e.simple_ok[rows] = ok
+    simple = rows[ok]
+    if len(simple):
+        e.simple_score[simple] = cb._simple_scores(ctx, simple)
+    # Trees to enumerate: as candidates._complex_state, per changed tree.
+    trees = np.unique(index.root[rows])
+    for t in trees[e.complex_roots[trees]].tolist():
+        _tree_state(e, index, t)
+
+
+def _tree_state(e: _Entry, index: ProviderIndex, t: int) -> None:
+    ctx = e.ctx
+    for b in e.best.values():
+        b[t] = cb.NEG_INF
+    if not ctx.anchor_ok[t]:
+        e.viable[t] = False
+        return
+    members = index.tree_members(t).astype(np.int64)
+    ok = True
+    for m in ctx.masks:
+        g = m.group
+        single = g.granular or not g.resources
+        if single:
+            ok &= bool(m.single[members].any())
+        for rc, amount in g.resources:
+            mask = (m.single if single else m.entry[rc])[members]
+            if not single:
+                ok &= bool(mask.any())
+            chosen = members[mask]
+            if len(chosen):
+                top = float(cb._item_bounds(ctx, rc, amount, chosen).max())
+                e.best[rc][t] = max(float(e.best[rc][t]), top)
+    e.viable[t] = ok and all(b[t] > cb.NEG_INF for b in e.best.values())
+
+
+def _ranked(e: _Entry) -> list[cb.Candidate]:
+    ctx = e.ctx
+    simple = np.flatnonzero(e.simple_ok)
+    scores = e.simple_score[simple]
+    viable = np.flatnonzero(e.viable)
+    bounds = cb._bound(ctx, {rc: b[viable] for rc, b in e.best.items()})
+    if not len(viable):
+        bounds = np.zeros(0, dtype=np.float64)
+    limit = ctx.request.limit
+    if limit is not None:
+        return cb._ranked_with_limit(ctx, simple, scores, viable, bounds, limit)
+    return cb._all_ranked(ctx, simple, scores, viable)

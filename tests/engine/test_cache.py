@@ -1,0 +1,100 @@
+"""engine.cache: search state kept between requests answers exactly as a fresh
+build, while usage, inventories, exclusions and structure change under it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from strato.engine import ProviderIndex, Scorer, WeigherConfig, cache, candidates
+from strato.engine.candidates import Candidate
+from strato.engine.records import InventoryRecord, ProviderRecord
+from tests.engine.worlds import SHARING, TRAITS, requests, worlds
+
+
+def answer(cands: list[Candidate]) -> list[tuple[object, ...]]:
+    return [(c.items, c.mappings, c.key, c.score) for c in cands]
+
+
+def current(index: ProviderIndex, rec: ProviderRecord) -> ProviderRecord:
+    """`rec` with the usage the index holds now."""
+    p = index.pos[rec.uuid]
+    return replace(rec, used={rc: int(col.used[p]) for rc, col in index.rc.items()
+                              if rc in rec.inventories})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.sampled_from(("spread", "pack")))
+def test_kept_state_answers_as_a_fresh_build(data: st.DataObject, weigher: str) -> None:
+    world = data.draw(worlds())
+    if data.draw(st.booleans()):  # sharing providers turn the cache off: mostly without
+        world = [replace(r, traits=r.traits - {SHARING}) for r in world]
+    records = {r.uuid: r for r in world}
+    index = ProviderIndex.build(world)
+    scorer = Scorer(WeigherConfig(name=weigher))
+    reqs = [replace(data.draw(requests(world)),
+                    limit=data.draw(st.one_of(st.none(), st.integers(1, 3))),
+                    skip_ties=data.draw(st.booleans()))
+            for _ in range(data.draw(st.integers(1, 2)))]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cache, "FULL_SHARE", 2.0)  # always the incremental update
+        for _ in range(data.draw(st.integers(1, 10))):
+            u = data.draw(st.sampled_from(sorted(records)))
+            rec = records[u]
+            action = data.draw(st.sampled_from(("set", "add", "inventory", "traits", "none")))
+            if action == "set" and rec.inventories:
+                index.set_usage(u, {rc: data.draw(st.integers(0, inv.capacity + 1))
+                                    for rc, inv in rec.inventories.items()})
+            elif action == "add" and rec.inventories:
+                rc = data.draw(st.sampled_from(sorted(rec.inventories)))
+                index.add_usage(u, {rc: data.draw(st.integers(-1, 2))})
+            elif action == "inventory" and rec.inventories:
+                rc = data.draw(st.sampled_from(sorted(rec.inventories)))
+                inv = rec.inventories[rc]
+                invs = {**rec.inventories,
+                        rc: InventoryRecord(total=data.draw(st.integers(1, 10)),
+                                            reserved=inv.reserved, min_unit=inv.min_unit,
+                                            max_unit=inv.max_unit, step_size=inv.step_size,
+                                            allocation_ratio=inv.allocation_ratio)}
+                rec = records[u] = replace(current(index, rec), inventories=invs)
+                index.apply([rec], ())
+            elif action == "traits":
+                rec = records[u] = replace(current(index, rec),
+                                           traits=rec.traits ^ {TRAITS[0]})
+                index.apply([rec], ())
+            exclude = (np.array(data.draw(st.lists(st.booleans(), min_size=index.size,
+                                                   max_size=index.size)), dtype=bool)
+                       if data.draw(st.booleans()) else None)
+            req = data.draw(st.sampled_from(reqs))
+            kept = cache.build_kept(index, req, scorer, exclude=exclude)
+            fresh = candidates.build(index, req, scorer, exclude=exclude)
+            eligible = not index.sharing_anchors() and not (
+                req.group_policy.value == "isolate" and req.granular_count > 1)
+            assert (kept is not None) == eligible
+            if kept is not None:
+                assert answer(kept) == answer(fresh)
+            assert answer(cache.build(index, req, scorer, exclude=exclude)) == answer(fresh)
+
+
+def test_a_full_rebuild_past_the_share_of_changed_rows_answers_the_same() -> None:
+    world = [ProviderRecord(uuid=f"00000000-0000-0000-0000-{i:012d}",
+                            root_uuid=f"00000000-0000-0000-0000-{i:012d}",
+                            inventories={"VCPU": InventoryRecord(total=8)})
+             for i in range(1, 9)]
+    index = ProviderIndex.build(world)
+    scorer = Scorer()
+    req = candidates.CandidateRequest(groups=(candidates.RequestGroup(
+        resources=(("VCPU", 2),), required=((TRAITS[0],),)),), limit=2)
+    index.apply([replace(r, traits=frozenset({TRAITS[0]})) for r in world], ())
+    first = cache.build_kept(index, req, scorer)
+    assert first is not None and len(first) == 2
+    for r in world[:5]:  # most rows change: rebuilt, not updated
+        index.add_usage(r.uuid, {"VCPU": 4})
+    again = cache.build_kept(index, req, scorer)
+    assert again is not None
+    assert answer(again) == answer(candidates.build(index, req, scorer))
+    assert {index.uuids[c.items[0][0]] for c in again} <= {r.uuid for r in world[5:]}
