@@ -78,12 +78,21 @@ def build_kept(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, 
     weights = tuple(sorted(scorer.config.class_weights.items()))
     key = (request, scorer.config.name, weights, max_candidates)
     n = index.size
-    keep = ~exclude[:n] if exclude is not None else np.ones(n, dtype=bool)
+    keep = np.ones(n, dtype=bool)
+    drop: BoolArray | None = None
+    if exclude is not None and exclude[:n].any():
+        ex = exclude[:n]
+        if np.array_equal(ex, ex[index.root[:n]]):
+            # Whole trees left out (the scheduler's rules, stale hosts): the
+            # kept state stays as it is; the ranking skips those roots.
+            drop = ex
+        else:
+            keep = ~ex
     entry = caches.get(key)
     if entry is not None and (entry.structure != index.structure_version or entry.size != n):
         entry = None
     if entry is None:
-        entry = _new(index, request, scorer, max_candidates, exclude, keep)
+        entry = _new(index, request, scorer, max_candidates, keep)
         if entry is None:
             return []  # nothing can match (as build)
         caches[key] = entry
@@ -96,22 +105,23 @@ def build_kept(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, 
         if len(moved):
             rows = np.union1d(rows, moved)
         if len(rows) > FULL_SHARE * n:
-            entry = _new(index, request, scorer, max_candidates, exclude, keep)
+            entry = _new(index, request, scorer, max_candidates, keep)
             if entry is None:
                 return []
             caches[key] = entry
         elif len(rows):
             _update(entry, index, rows, keep)
         entry.version = index.version
-    return _ranked(entry)
+    return _ranked(entry, drop)
 
 
 def _new(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
-         max_candidates: int, exclude: BoolArray | None, keep: BoolArray) -> _Entry | None:
+         max_candidates: int, keep: BoolArray) -> _Entry | None:
     found = cb._groups(index, request)
     if found is None:
         return None
     statics = [filters.group_static(index, g, root) for g, root in found]
+    exclude = None if keep.all() else ~keep
     ctx = cb._prepare(index, request, scorer, max_candidates, None, exclude, statics)
     if ctx is None:
         return None
@@ -166,42 +176,55 @@ def _update(e: _Entry, index: ProviderIndex, rows: npt.NDArray[np.int64],
     simple = rows[ok]
     if len(simple):
         e.simple_score[simple] = cb._simple_scores(ctx, simple)
-    # Trees to enumerate: as candidates._complex_state, per changed tree.
+    # Trees to enumerate: as candidates._complex_state, for the changed trees.
     trees = np.unique(index.root[rows])
-    for t in trees[e.complex_roots[trees]].tolist():
-        _tree_state(e, index, t)
+    trees = trees[e.complex_roots[trees]]
+    if len(trees):
+        _trees_state(e, index, trees)
 
 
-def _tree_state(e: _Entry, index: ProviderIndex, t: int) -> None:
+def _trees_state(e: _Entry, index: ProviderIndex, trees: npt.NDArray[np.int32]) -> None:
+    """Viable and per-class bounds of `trees` (complex roots), over their members
+    gathered tree by tree: one segmented reduction per mask and class."""
     ctx = e.ctx
+    lay = index.layout()
+    starts = lay.offsets[trees]
+    lens = lay.offsets[trees + 1] - starts
+    seg = np.zeros(len(trees), dtype=np.int64)
+    np.cumsum(lens[:-1], out=seg[1:])
+    members = lay.members[np.repeat(starts - seg, lens) + np.arange(int(lens.sum()))
+                          ].astype(np.int64)
+    ok = ctx.anchor_ok[trees].copy()
     for b in e.best.values():
-        b[t] = cb.NEG_INF
-    if not ctx.anchor_ok[t]:
-        e.viable[t] = False
-        return
-    members = index.tree_members(t).astype(np.int64)
-    ok = True
+        b[trees] = cb.NEG_INF
     for m in ctx.masks:
         g = m.group
         single = g.granular or not g.resources
         if single:
-            ok &= bool(m.single[members].any())
+            ok &= np.logical_or.reduceat(m.single[members], seg)
         for rc, amount in g.resources:
             mask = (m.single if single else m.entry[rc])[members]
             if not single:
-                ok &= bool(mask.any())
-            chosen = members[mask]
+                ok &= np.logical_or.reduceat(mask, seg)
+            vals = np.full(len(members), cb.NEG_INF)
+            chosen = np.flatnonzero(mask)
             if len(chosen):
-                top = float(cb._item_bounds(ctx, rc, amount, chosen).max())
-                e.best[rc][t] = max(float(e.best[rc][t]), top)
-    e.viable[t] = ok and all(b[t] > cb.NEG_INF for b in e.best.values())
+                vals[chosen] = cb._item_bounds(ctx, rc, amount, members[chosen])
+            best = e.best[rc]
+            best[trees] = np.maximum(best[trees], np.maximum.reduceat(vals, seg))
+    for b in e.best.values():
+        ok &= b[trees] > cb.NEG_INF
+    e.viable[trees] = ok
 
 
-def _ranked(e: _Entry) -> list[cb.Candidate]:
+def _ranked(e: _Entry, drop: BoolArray | None) -> list[cb.Candidate]:
     ctx = e.ctx
-    simple = np.flatnonzero(e.simple_ok)
+    simple_ok, viable_ok = e.simple_ok, e.viable
+    if drop is not None:
+        simple_ok, viable_ok = simple_ok & ~drop, viable_ok & ~drop
+    simple = np.flatnonzero(simple_ok)
     scores = e.simple_score[simple]
-    viable = np.flatnonzero(e.viable)
+    viable = np.flatnonzero(viable_ok)
     bounds = cb._bound(ctx, {rc: b[viable] for rc, b in e.best.items()})
     if not len(viable):
         bounds = np.zeros(0, dtype=np.float64)

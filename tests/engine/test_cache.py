@@ -69,6 +69,8 @@ def test_kept_state_answers_as_a_fresh_build(data: st.DataObject, weigher: str) 
             exclude = (np.array(data.draw(st.lists(st.booleans(), min_size=index.size,
                                                    max_size=index.size)), dtype=bool)
                        if data.draw(st.booleans()) else None)
+            if exclude is not None and data.draw(st.booleans()):
+                exclude = exclude[index.root[: index.size]]  # whole trees, as rules do
             req = data.draw(st.sampled_from(reqs))
             kept = cache.build_kept(index, req, scorer, exclude=exclude)
             fresh = candidates.build(index, req, scorer, exclude=exclude)
