@@ -299,6 +299,18 @@ def _top_simple(ctx: _Context, positions: npt.NDArray[np.int64], scores: FloatAr
     are resolved by the tie-break key on the tied providers only."""
     if len(positions) <= k:
         return _sorted_simple(ctx, positions, scores)
+    if k == 1:
+        # The scheduler's usual ask: one pass for the best score, then the
+        # tie-break among the providers that share it.
+        kth = scores[int(np.argmax(scores))]
+        tied = np.flatnonzero(scores == kth)
+        if len(tied) > 1:
+            hi, lo = _tiebreak(ctx, positions[tied])
+            first = np.flatnonzero(hi == hi.min())
+            if len(first) > 1:
+                first = first[np.argmin(lo[first])][None]
+            tied = tied[first[:1]]
+        return _sorted_simple(ctx, positions[tied], scores[tied])
     part = np.argpartition(-scores, k - 1)[:k]
     kth = scores[part].min()
     above = np.flatnonzero(scores > kth)
@@ -547,9 +559,15 @@ def _ranked_with_limit(ctx: _Context, simple: npt.NDArray[np.int64], simple_scor
                        viable: npt.NDArray[np.int64], bounds: FloatArray,
                        k: int) -> list[Candidate]:
     best = _top_simple(ctx, simple, simple_scores, k)
-    order = np.argsort(-bounds, kind="stable")
     pool: dict[object, Candidate] = {c.identity: c for c in best}
     ranked = sorted(pool.values(), key=Candidate.sort_key)
+    order = np.arange(len(bounds))
+    if len(ranked) >= k:
+        # Trees the loop below would stop at already: the k-th score only rises.
+        kth = ranked[k - 1].score
+        order = np.flatnonzero(bounds > kth + EPS if ctx.request.skip_ties
+                               else bounds + EPS >= kth)
+    order = order[np.argsort(-bounds[order], kind="stable")]
     for j in order.tolist():
         if len(ranked) >= k and bounds[j] + EPS < ranked[k - 1].score:
             break  # no candidate of this or any later tree can enter the top k
