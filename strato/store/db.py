@@ -281,7 +281,7 @@ class _Batcher:
             with self._db.write() as conn:
                 for s in batch:
                     try:
-                        with conn.begin_nested():
+                        with _savepoint(conn):
                             s.result = s.job(conn)
                     except Exception as exc:  # this job only; the others go on
                         s.error = exc
@@ -295,6 +295,24 @@ class _Batcher:
                     _after(s.after, s.result)
         for s in batch:
             s.finish()
+
+
+@contextmanager
+def _savepoint(conn: Connection) -> Iterator[None]:
+    """A savepoint on the DBAPI connection (SQLite): SQLAlchemy's begin_nested
+    compiles and tracks one per job, a fifth of a batched claim's CPU."""
+    cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cur.execute("SAVEPOINT strato_job")
+        try:
+            yield
+        except BaseException:
+            cur.execute("ROLLBACK TO strato_job")
+            cur.execute("RELEASE strato_job")
+            raise
+        cur.execute("RELEASE strato_job")
+    finally:
+        cur.close()
 
 
 def lock_providers(conn: Connection, provider_ids: list[int]) -> None:

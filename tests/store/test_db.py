@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -90,3 +91,25 @@ def test_dispose_finishes_what_was_submitted_and_a_later_submit_starts_again(
     assert all(f.done() for f in futures)
     assert db.submit(insert(99)).result(10) == 99
     assert stored(db) == set(range(10)) | {99}
+
+
+def test_a_job_the_database_refuses_rolls_back_alone(db: Database) -> None:
+    """A statement error inside one job of a batch (a duplicate key here) undoes
+    that job's writes only; the batch's other jobs commit."""
+    def dup(conn: Connection) -> int:
+        conn.execute(sa.insert(ROWS).values(k=500))
+        conn.execute(sa.insert(ROWS).values(k=7))  # already there: IntegrityError
+        return 0
+
+    db.batched(insert(7))
+    # Hold the writer on a first job so that the next three form one batch.
+    with db._sqlite_write_lock:
+        first = db.submit(insert(3))
+        while not db._batcher._running:
+            time.sleep(0.001)
+        futures = [db.submit(insert(1)), db.submit(dup), db.submit(insert(2))]
+    assert first.result(10) == 3
+    assert futures[0].result(10) == 1 and futures[2].result(10) == 2
+    with pytest.raises(sa.exc.IntegrityError):
+        futures[1].result(10)
+    assert stored(db) == {1, 2, 3, 7}
