@@ -23,6 +23,12 @@ def _format(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+@lru_cache(maxsize=8)
+def _sqlite_stamp(when: datetime) -> str:
+    # Timestamps are whole seconds: a claim stamps the same one several times.
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
 class Raw:
     """A cursor on `conn`'s DBAPI connection, with the dialect's placeholders."""
 
@@ -57,7 +63,7 @@ class Raw:
 
     def stamp(self, when: datetime) -> Any:
         """A DateTime column's value as SQLAlchemy stores it on this dialect."""
-        return when.strftime("%Y-%m-%d %H:%M:%S.%f") if self.sqlite else when
+        return _sqlite_stamp(when) if self.sqlite else when
 
     def close(self) -> None:
         self.cur.close()
