@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -46,6 +48,17 @@ def _rid(request: Request) -> str | None:
     return rid if isinstance(rid, str) else None
 
 
+def _telemetry_off() -> dict[str, Any]:
+    """FastAPI's own OpenTelemetry, unless the environment configures OpenTelemetry
+    (an OTEL_* variable, or FASTAPI_OTEL_AUTO_CONFIGURE): otherwise it only asks
+    for the global providers on every request, for nothing."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}  # a FastAPI without it
+    if any(k.startswith("OTEL_") or k == "FASTAPI_OTEL_AUTO_CONFIGURE" for k in os.environ):
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+
+
 def create_app(settings: Settings, *, db: Database | None = None,
                auth: AuthStrategy | None = None, migrate: bool = True,
                transport: Transport | None = None) -> FastAPI:
@@ -74,7 +87,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
             database.dispose()
 
     app = FastAPI(title="Strato", version=strato.__version__, lifespan=lifespan,
-                  docs_url="/docs", redoc_url=None,
+                  docs_url="/docs", redoc_url=None, **_telemetry_off(),
                   description="Distributed, hierarchical resource scheduler and placement "
                               "service with an OpenStack Placement compatible API.")
     app.state.db = database
