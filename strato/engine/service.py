@@ -194,6 +194,20 @@ class Engine:
         self._drop_own()
         return seq
 
+    def settle(self, timeout: float = 0.05) -> None:
+        """Before planning: if a group commit of this process is visible in the
+        store but its post-commit hooks (own_claim) have not run yet, wait for
+        them (microseconds) rather than read back what this process wrote."""
+        if not self.db.is_publishing():
+            return
+        with self._lock:
+            if not self._loaded:
+                return
+            seq = self._peek_seq()
+            if seq is None or seq <= self.index.seq:
+                return
+        self.db.wait_published(timeout)
+
     def store_seq(self) -> int | None:
         """The store's change sequence now (one tiny statement), None if unknown."""
         with self._lock:

@@ -65,6 +65,9 @@ class Database:
         # cheap lock instead of spinning on SQLITE_BUSY.
         self._sqlite_write_lock = threading.Lock()
         self._batcher = _Batcher(self)
+        # A batch is between its first statement and its post-commit hooks.
+        self._publishing = 0
+        self._published = threading.Condition()
 
     def _setup_sqlite(self, synchronous: str) -> None:
         @sa.event.listens_for(self.engine, "connect")
@@ -138,6 +141,22 @@ class Database:
             threading.Thread(target=run, daemon=True).start()
             return fut
         return self._batcher.submit(job, after)
+
+    def publishing(self, start: bool) -> None:
+        with self._published:
+            self._publishing += 1 if start else -1
+            if not self._publishing:
+                self._published.notify_all()
+
+    def is_publishing(self) -> bool:
+        """A group commit is under way: its commit may be visible before the
+        post-commit hooks that tell this process what it wrote have run."""
+        return self._publishing > 0
+
+    def wait_published(self, timeout: float) -> None:
+        """Until no group commit is between its statements and its hooks."""
+        with self._published:
+            self._published.wait_for(lambda: not self._publishing, timeout)
 
     def dispose(self) -> None:
         self._batcher.close()
@@ -265,6 +284,13 @@ class _Batcher:
         return result
 
     def _execute(self, batch: list[_Slot]) -> None:
+        self._db.publishing(True)
+        try:
+            self._run_batch(batch)
+        finally:
+            self._db.publishing(False)
+
+    def _run_batch(self, batch: list[_Slot]) -> None:
         if len(batch) == 1:
             # Alone: no savepoint; a failing job rolls the transaction back.
             s = batch[0]

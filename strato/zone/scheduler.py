@@ -345,6 +345,7 @@ class LocalScheduler:
     # -- planning ----------------------------------------------------------------
 
     def _plan(self, req: ScheduleRequest) -> Plan:
+        self.engine.settle()
         spread_groups = {c.group or req.group for c in req.constraints
                          if isinstance(c, SpreadRuleSpec)}
         stale, members = self._host_state(spread_groups)

@@ -136,6 +136,40 @@ def test_own_claims_enter_the_index_without_reading_the_store(
         engine.close()
 
 
+def test_a_plan_waits_for_the_hooks_of_a_commit_it_can_already_see(
+        client: TestClient, sqlite_database: Database) -> None:
+    """A group commit is visible in the store a moment before its post-commit
+    hook tells the engine what it wrote: settle() waits for the hook instead of
+    reading the claim back."""
+    import threading
+
+    cloud = Cloud(client)
+    cn1 = cloud.host("cn1", VCPU=8)
+    engine = Engine(sqlite_database)
+    try:
+        assert _vcpu_used(engine, cn1) == 0
+        reads = engine.stats.incremental + engine.stats.full_loads
+        engine.settle()  # nothing under way: returns at once
+        sqlite_database.publishing(True)  # as the writer thread, around a batch
+        seq = _claim(sqlite_database, cn1, 2)  # committed, hook not run yet
+        hooked = threading.Event()
+
+        def hook() -> None:
+            engine.own_claim(seq, {cn1: {"VCPU": 2}})
+            hooked.set()
+            sqlite_database.publishing(False)
+
+        timer = threading.Timer(0.05, hook)
+        timer.start()
+        engine.settle(timeout=10)
+        assert hooked.is_set()
+        assert _vcpu_used(engine, cn1) == 2
+        assert engine.stats.incremental + engine.stats.full_loads == reads
+        timer.join()
+    finally:
+        engine.close()
+
+
 def test_skip_ties_keeps_the_best_scores_and_explores_fewer_trees(
         client: TestClient, sqlite_database: Database) -> None:
     import strato.engine.candidates as builder
