@@ -8,6 +8,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from strato.api.app import create_app
+from strato.api.auth import Context, NoAuth
+from strato.config import Settings
+from strato.store.db import Database
+
 
 def host(c: TestClient, name: str, location: str | None = None, tags: list[str] | None = None,
          vcpu: int = 8, traits: list[str] | None = None) -> str:
@@ -278,3 +283,34 @@ def test_answers_carry_the_api_headers_and_bad_json_is_400(client: TestClient) -
     assert r.status_code == 400, r.text
     assert r.json()["errors"][0]["status"] == 400
     assert client.get("/strato/v1/schedule").status_code == 405
+
+
+def test_the_lean_path_answers_like_the_framework(sqlite_database: Database) -> None:
+    """POST /strato/v1/schedule takes a lean path (strato/api/fast.py): what it
+    passes on to the route carries the API headers once, a refused token is
+    Placement's 401, and an error nobody expected is a 500 in Placement's JSON
+    body."""
+    class Flaky(NoAuth):
+        def authenticate(self, headers: dict[str, str]) -> Context:
+            if headers.get("x-auth-token") == "boom":
+                raise RuntimeError("auth backend down")
+            return super().authenticate(headers)
+
+    app = create_app(Settings(db_url=sqlite_database.url), db=sqlite_database,
+                     migrate=False, auth=Flaky())
+    with TestClient(app, headers={"x-auth-token": "admin"},
+                    raise_server_exceptions=False) as c:
+        passed_on = c.post("/strato/v1/schedule", json={"consumers": "nope"})
+        assert passed_on.status_code == 400, passed_on.text
+        assert len(passed_on.headers.get_list("x-openstack-request-id")) == 1
+        assert len(passed_on.headers.get_list("openstack-api-version")) == 1
+        assert passed_on.json()["errors"][0]["request_id"] == \
+            passed_on.headers["x-openstack-request-id"]
+        member = c.post("/strato/v1/schedule", json=req(1),
+                        headers={"x-auth-token": "user", "x-roles": "member"})
+        assert member.status_code == 403, member.text
+        broken = c.post("/strato/v1/schedule", json=req(1), headers={"x-auth-token": "boom"})
+        assert broken.status_code == 500
+        assert broken.json()["errors"][0]["detail"] == "unexpected error: RuntimeError"
+        assert c.post("/strato/v1/schedule", json=req(1), headers={"x-auth-token": ""}
+                      ).status_code == 401
