@@ -206,14 +206,9 @@ class LocalScheduler:
 
     def schedule(self, req: ScheduleRequest) -> dict[str, Any]:
         """The answer body; raises NoValidPlacement or another StratoError."""
-        self._validate(req)
-        if req.request_id is not None and req.hops == 0:
-            # A caller's repeat is answered before planning. A parent zone never
-            # repeats itself: its ids are checked by the claim (reserve) alone.
-            with self.db.read() as conn:
-                found = schedule_requests.get_answer(conn, req.request_id)
-            if found is not None:
-                return self._replay(found)
+        found = self._start(req)
+        if found is not None:
+            return found
         retries = 0
         while True:
             if self._plan_gate is None:
@@ -226,23 +221,16 @@ class LocalScheduler:
             try:
                 return self._claim(req, plan, retries)
             except _LostRace:
-                retries += 1
-                if retries > MAX_CLAIM_RETRIES:
-                    raise errors.Conflict(
-                        f"gave up after {retries} claims lost to concurrent writers; retry",
-                        errors.CONCURRENT_UPDATE) from None
+                retries = _lost(retries)
 
     async def schedule_async(self, req: ScheduleRequest) -> dict[str, Any]:
         """schedule() for an event loop on SQLite: plans in the caller's thread
         (the loop: planning is CPU under the GIL, a worker thread would only add
         a hop and contend) and awaits the claim's commit in the database's
         writer thread, so the loop plans the next request meanwhile."""
-        self._validate(req)
-        if req.request_id is not None and req.hops == 0:
-            with self.db.read() as conn:
-                found = schedule_requests.get_answer(conn, req.request_id)
-            if found is not None:
-                return self._replay(found)
+        found = self._start(req)
+        if found is not None:
+            return found
         retries = 0
         while True:
             plan = self._plan(req)
@@ -251,11 +239,19 @@ class LocalScheduler:
             try:
                 return await self._claim_async(req, plan, retries)
             except _LostRace:
-                retries += 1
-                if retries > MAX_CLAIM_RETRIES:
-                    raise errors.Conflict(
-                        f"gave up after {retries} claims lost to concurrent writers; retry",
-                        errors.CONCURRENT_UPDATE) from None
+                retries = _lost(retries)
+
+    def _start(self, req: ScheduleRequest) -> dict[str, Any] | None:
+        """Validate; a caller's repeat of a request id is answered before
+        planning (None: plan). A parent zone never repeats itself: its ids are
+        checked by the claim (reserve) alone."""
+        self._validate(req)
+        if req.request_id is not None and req.hops == 0:
+            with self.db.read() as conn:
+                found = schedule_requests.get_answer(conn, req.request_id)
+            if found is not None:
+                return self._replay(found)
+        return None
 
     async def schedule_with_summary_async(self, req: ScheduleRequest) -> dict[str, Any]:
         answer = await self.schedule_async(req)
@@ -557,6 +553,16 @@ class LocalScheduler:
 
 
 # -- helpers --------------------------------------------------------------------
+
+def _lost(retries: int) -> int:
+    """One more claim lost to a concurrent writer: the new count, or give up."""
+    retries += 1
+    if retries > MAX_CLAIM_RETRIES:
+        raise errors.Conflict(
+            f"gave up after {retries} claims lost to concurrent writers; retry",
+            errors.CONCURRENT_UPDATE) from None
+    return retries
+
 
 def candidate_groups(req: ScheduleRequest) -> tuple[RequestGroup, ...]:
     out = []

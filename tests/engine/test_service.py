@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -106,68 +107,72 @@ def _claim(db: Database, rp: str, n: int) -> int:
                                           generation=None)]).change_seq
 
 
-def test_own_claims_enter_the_index_without_reading_the_store(
-        client: TestClient, sqlite_database: Database) -> None:
-    cloud = Cloud(client)
-    cn1 = cloud.host("cn1", VCPU=8)
+@pytest.fixture
+def one_host(client: TestClient, sqlite_database: Database) -> Iterator[tuple[Engine, str]]:
+    """An engine over one host with 8 VCPU, loaded, nothing used."""
+    cn1 = Cloud(client).host("cn1", VCPU=8)
     engine = Engine(sqlite_database)
     try:
         assert _vcpu_used(engine, cn1) == 0
-        reads = engine.stats.incremental + engine.stats.full_loads
-        # Committed in order 1, 2 but reported 2, 1: applied once the gap closes.
-        s1, s2 = _claim(sqlite_database, cn1, 1), _claim(sqlite_database, cn1, 2)
-        engine.own_claim(s2, {cn1: {"VCPU": 2}})
-        assert engine.index.seq == s1 - 1
-        engine.own_claim(s1, {cn1: {"VCPU": 1}})
-        assert engine.index.seq == s2
-        assert _vcpu_used(engine, cn1) == 3
-        assert engine.stats.incremental + engine.stats.full_loads == reads
-        # A write this process did not report: the chain breaks and the next
-        # refresh reads the store, which has the truth.
-        _claim(sqlite_database, cn1, 1)
-        s4 = _claim(sqlite_database, cn1, 1)
-        engine.own_claim(s4, {cn1: {"VCPU": 1}})
-        assert _vcpu_used(engine, cn1) == 5
-        assert engine.stats.incremental + engine.stats.full_loads == reads + 1
-        # A report for what the index already has changes nothing.
-        engine.own_claim(s4, {cn1: {"VCPU": 1}})
-        assert _vcpu_used(engine, cn1) == 5
+        yield engine, cn1
     finally:
         engine.close()
 
 
+def _reads(engine: Engine) -> int:
+    return engine.stats.incremental + engine.stats.full_loads
+
+
+def test_own_claims_enter_the_index_without_reading_the_store(
+        one_host: tuple[Engine, str], sqlite_database: Database) -> None:
+    engine, cn1 = one_host
+    reads = _reads(engine)
+    # Committed in order 1, 2 but reported 2, 1: applied once the gap closes.
+    s1, s2 = _claim(sqlite_database, cn1, 1), _claim(sqlite_database, cn1, 2)
+    engine.own_claim(s2, {cn1: {"VCPU": 2}})
+    assert engine.index.seq == s1 - 1
+    engine.own_claim(s1, {cn1: {"VCPU": 1}})
+    assert engine.index.seq == s2
+    assert _vcpu_used(engine, cn1) == 3
+    assert _reads(engine) == reads
+    # A write this process did not report: the chain breaks and the next
+    # refresh reads the store, which has the truth.
+    _claim(sqlite_database, cn1, 1)
+    s4 = _claim(sqlite_database, cn1, 1)
+    engine.own_claim(s4, {cn1: {"VCPU": 1}})
+    assert _vcpu_used(engine, cn1) == 5
+    assert _reads(engine) == reads + 1
+    # A report for what the index already has changes nothing.
+    engine.own_claim(s4, {cn1: {"VCPU": 1}})
+    assert _vcpu_used(engine, cn1) == 5
+
+
 def test_a_plan_waits_for_the_hooks_of_a_commit_it_can_already_see(
-        client: TestClient, sqlite_database: Database) -> None:
+        one_host: tuple[Engine, str], sqlite_database: Database) -> None:
     """A group commit is visible in the store a moment before its post-commit
     hook tells the engine what it wrote: settle() waits for the hook instead of
     reading the claim back."""
     import threading
 
-    cloud = Cloud(client)
-    cn1 = cloud.host("cn1", VCPU=8)
-    engine = Engine(sqlite_database)
-    try:
-        assert _vcpu_used(engine, cn1) == 0
-        reads = engine.stats.incremental + engine.stats.full_loads
-        engine.settle()  # nothing under way: returns at once
-        sqlite_database.publishing(True)  # as the writer thread, around a batch
-        seq = _claim(sqlite_database, cn1, 2)  # committed, hook not run yet
-        hooked = threading.Event()
+    engine, cn1 = one_host
+    reads = _reads(engine)
+    engine.settle()  # nothing under way: returns at once
+    sqlite_database.publishing(True)  # as the writer thread, around a batch
+    seq = _claim(sqlite_database, cn1, 2)  # committed, hook not run yet
+    hooked = threading.Event()
 
-        def hook() -> None:
-            engine.own_claim(seq, {cn1: {"VCPU": 2}})
-            hooked.set()
-            sqlite_database.publishing(False)
+    def hook() -> None:
+        engine.own_claim(seq, {cn1: {"VCPU": 2}})
+        hooked.set()
+        sqlite_database.publishing(False)
 
-        timer = threading.Timer(0.05, hook)
-        timer.start()
-        engine.settle(timeout=10)
-        assert hooked.is_set()
-        assert _vcpu_used(engine, cn1) == 2
-        assert engine.stats.incremental + engine.stats.full_loads == reads
-        timer.join()
-    finally:
-        engine.close()
+    timer = threading.Timer(0.05, hook)
+    timer.start()
+    engine.settle(timeout=10)
+    assert hooked.is_set()
+    assert _vcpu_used(engine, cn1) == 2
+    assert _reads(engine) == reads
+    timer.join()
 
 
 def test_skip_ties_keeps_the_best_scores_and_explores_fewer_trees(
