@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +68,8 @@ class Database:
         # A batch is between its first statement and its post-commit hooks.
         self._publishing = 0
         self._published = threading.Condition()
+        self._pool: ThreadPoolExecutor | None = None  # submit() on PostgreSQL
+        self._pool_lock = threading.Lock()
 
     def _setup_sqlite(self, synchronous: str) -> None:
         @sa.event.listens_for(self.engine, "connect")
@@ -131,15 +133,11 @@ class Database:
         result or exception once committed, `after` done. For an event loop,
         which must not block on the commit: `asyncio.wrap_future` awaits it."""
         if not self.is_sqlite:
-            fut: Future[T] = Future()
-
-            def run() -> None:
-                try:
-                    fut.set_result(self.batched(job, after))
-                except BaseException as exc:
-                    fut.set_exception(exc)
-            threading.Thread(target=run, daemon=True).start()
-            return fut
+            # PostgreSQL groups commits itself: a plain write in a pool thread.
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(8, thread_name_prefix="strato-write")
+                return self._pool.submit(self.batched, job, after)
         return self._batcher.submit(job, after)
 
     def publishing(self, start: bool) -> None:
@@ -159,6 +157,10 @@ class Database:
             self._published.wait_for(lambda: not self._publishing, timeout)
 
     def dispose(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         self._batcher.close()
         self.engine.dispose()
 

@@ -254,10 +254,7 @@ class LocalScheduler:
         return None
 
     async def schedule_with_summary_async(self, req: ScheduleRequest) -> dict[str, Any]:
-        answer = await self.schedule_async(req)
-        if req.hops > 0 and not req.dry_run:
-            answer["own_summary"] = self.summary()
-        return answer
+        return self._with_summary(req, await self.schedule_async(req))
 
     def explain(self, req: ScheduleRequest) -> dict[str, Any]:
         """A dry run that always explains (POST /strato/v1/explain)."""
@@ -313,7 +310,9 @@ class LocalScheduler:
 
     def schedule_with_summary(self, req: ScheduleRequest) -> dict[str, Any]:
         """schedule(), plus this zone's summary when a parent asked: one thread hop."""
-        answer = self.schedule(req)
+        return self._with_summary(req, self.schedule(req))
+
+    def _with_summary(self, req: ScheduleRequest, answer: dict[str, Any]) -> dict[str, Any]:
         if req.hops > 0 and not req.dry_run:
             answer["own_summary"] = self.summary()
         return answer

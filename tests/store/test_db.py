@@ -113,3 +113,16 @@ def test_a_job_the_database_refuses_rolls_back_alone(db: Database) -> None:
     with pytest.raises(sa.exc.IntegrityError):
         futures[1].result(10)
     assert stored(db) == {1, 2, 3, 7}
+
+
+def test_submit_answers_on_either_backend(database: Database) -> None:
+    """On PostgreSQL (which groups commits itself) submit is a plain write in a
+    pool thread; on SQLite the writer thread's batch. Same answers."""
+    with database.write() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+    futures = [database.submit(insert(k)) for k in range(20)]
+    failed = database.submit(insert(-5))
+    assert [f.result(30) for f in futures] == list(range(20))
+    with pytest.raises(ValueError, match="job -5 fails"):
+        failed.result(30)
+    assert stored(database) == set(range(20))
