@@ -140,6 +140,7 @@ class Inputs:
     weight: float | None = None
     weigher: str | None = None
     class_weight: Sequence[str] = ()
+    spare: bool | None = None
     atomic: bool | None = None
     request_id: str | None = None
     dry_run: bool = False
@@ -218,10 +219,12 @@ def build_request(inp: Inputs) -> dict[str, Any]:
     if rules:
         body["constraints"] = [*body.get("constraints", []), *rules]
 
-    if inp.weigher or inp.class_weight:
+    if inp.weigher or inp.class_weight or inp.spare is not None:
         weigher = dict(body.get("weigher") or {})
         if inp.weigher:
             weigher["name"] = inp.weigher
+        if inp.spare is not None:
+            weigher["spare"] = inp.spare
         if inp.class_weight:
             weights = dict(weigher.get("class_weights") or {})
             for item in _csv(inp.class_weight):
@@ -419,6 +422,8 @@ WEIGHT = typer.Option(None, "--weight", min=0, help="Weight of soft rules (defau
                       "lowest weight is relaxed first.")
 WEIGHER = typer.Option(None, "--weigher", help="spread or pack.")
 CLASS_WEIGHT = typer.Option([], "--class-weight", help="CLASS=WEIGHT for the weigher.")
+SPARE = typer.Option(None, "--spare/--no-spare", help="Keep hosts with a rare trait, tag "
+                     "or class for the requests that ask for it (default: on).")
 ATOMIC = typer.Option(None, "--atomic/--no-atomic", help="All instances or none "
                       "(default), or as many as fit.")
 REQUEST_ID = typer.Option(None, "--request-id", help="Idempotency key: a repeat returns "
@@ -437,7 +442,7 @@ def schedule(
     group: str = GROUP, affinity: list[str] = AFFINITY, anti_affinity: list[str] = ANTI,
     location: list[str] = LOCATION, tag: list[str] = TAG, forbid_tag: list[str] = FORBID_TAG,
     soft: bool = SOFT, weight: float = WEIGHT, weigher: str = WEIGHER,
-    class_weight: list[str] = CLASS_WEIGHT, atomic: bool = ATOMIC,
+    class_weight: list[str] = CLASS_WEIGHT, spare: bool = SPARE, atomic: bool = ATOMIC,
     request_id: str = REQUEST_ID,
     dry_run: bool = typer.Option(False, "--dry-run", help="Pick, but claim nothing."),
     explain: bool = typer.Option(False, "--explain", help="Also show what each filter "
@@ -455,7 +460,7 @@ def schedule(
                   group_policy=group_policy, group=group, affinity=affinity,
                   anti_affinity=anti_affinity, location=location, tag=tag,
                   forbid_tag=forbid_tag, soft=soft, weight=weight, weigher=weigher,
-                  class_weight=class_weight, atomic=atomic, request_id=request_id,
+                  class_weight=class_weight, spare=spare, atomic=atomic, request_id=request_id,
                   dry_run=dry_run, explain=explain)
     raise typer.Exit(run(inp, path="/strato/v1/schedule", url=url, token=token,
                          as_json=as_json, timeout=timeout))
@@ -469,7 +474,7 @@ def explain(
     group: str = GROUP, affinity: list[str] = AFFINITY, anti_affinity: list[str] = ANTI,
     location: list[str] = LOCATION, tag: list[str] = TAG, forbid_tag: list[str] = FORBID_TAG,
     soft: bool = SOFT, weight: float = WEIGHT, weigher: str = WEIGHER,
-    class_weight: list[str] = CLASS_WEIGHT, atomic: bool = ATOMIC,
+    class_weight: list[str] = CLASS_WEIGHT, spare: bool = SPARE, atomic: bool = ATOMIC,
     url: str = URL, token: str = TOKEN, as_json: bool = JSON, timeout: float = TIMEOUT,
 ) -> None:
     """Explain where a request would go and what each stage removed
@@ -483,6 +488,6 @@ def explain(
                   group_policy=group_policy, group=group, affinity=affinity,
                   anti_affinity=anti_affinity, location=location, tag=tag,
                   forbid_tag=forbid_tag, soft=soft, weight=weight, weigher=weigher,
-                  class_weight=class_weight, atomic=atomic)
+                  class_weight=class_weight, spare=spare, atomic=atomic)
     raise typer.Exit(run(inp, path="/strato/v1/explain", url=url, token=token,
                          as_json=as_json, timeout=timeout))

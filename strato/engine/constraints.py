@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from strato.engine.hosts import HostArrays
-from strato.engine.index import BoolArray, ProviderIndex
+from strato.engine.index import SHARING_TRAIT, BoolArray, ProviderIndex
 from strato.engine.solver import SpreadKind, SpreadRule
 from strato.model.location import location_matches, location_pattern
 from strato.model.schedule import Constraint, LocationRule, SpreadRuleSpec, TagsRule
@@ -91,6 +91,72 @@ def spread_mask(index: ProviderIndex, hosts: HostArrays, rule: SpreadRuleSpec, g
     spread = SpreadRule(kind=kind, level=rule.level, hard=rule.hard, weight=rule.weight,
                         existing=existing, name=group)
     return allowed, spread
+
+
+# A feature (a trait, a tag or a resource class) is rare in a zone when at most
+# this share of its hosts have it.
+RARE_SHARE = 0.25
+# Cap on the spare masks kept per host arrays (one per set of features asked).
+_MAX_SPARE_MASKS = 256
+
+Feature = tuple[str, str]  # ("trait" | "tag" | "class", name)
+
+
+def rare_features(index: ProviderIndex, hosts: HostArrays) -> dict[Feature, BoolArray]:
+    """Every rare feature of the zone, with the rows whose host has it (a
+    feature of any provider in a tree belongs to its host: a GPU child makes
+    its host a GPU host). Kept on `hosts`, which are rebuilt when the index
+    structure (traits, inventories' existence, trees) or the tags change."""
+    got: dict[Feature, BoolArray] | None = hosts.derived.get("rare")
+    if got is not None:
+        return got
+    n = index.size
+    live = index.live()
+    roots = index.root[:n]
+    is_host = live & (roots == np.arange(n))
+    hosts_n = int(is_host.sum())
+    out: dict[Feature, BoolArray] = {}
+
+    def note(feature: Feature, rows: BoolArray) -> None:
+        tree_has = np.zeros(n, dtype=bool)
+        tree_has[roots[rows & live]] = True
+        count = int((tree_has & is_host).sum())
+        if 0 < count <= RARE_SHARE * hosts_n:
+            out[feature] = tree_has[roots]
+
+    for name, col in index.trait_cols.items():
+        if name != SHARING_TRAIT:
+            note(("trait", name), col[:n])
+    for name, rc in index.rc.items():
+        note(("class", name), rc.has[:n])
+    for name, tags in hosts.tags.items():
+        note(("tag", name), tags)
+    hosts.derived["rare"] = out
+    return out
+
+
+def spare_mask(index: ProviderIndex, hosts: HostArrays, asked: frozenset[Feature]
+               ) -> BoolArray | None:
+    """Rows whose host has no rare feature outside `asked`: where a request that
+    asks for `asked` goes first, so that the rare hosts stay free for the
+    requests that need them. None when that leaves out nothing or everything
+    (no preference)."""
+    key = ("spare", asked)
+    if key in hosts.derived:
+        cached: BoolArray | None = hosts.derived[key]
+        return cached
+    avoid = [rows for feature, rows in rare_features(index, hosts).items()
+             if feature not in asked]
+    mask: BoolArray | None = None
+    if avoid:
+        keep = ~np.logical_or.reduce(avoid)
+        mask = keep if keep.any() else None
+    if len(hosts.derived) > _MAX_SPARE_MASKS:
+        rare = hosts.derived["rare"]
+        hosts.derived.clear()
+        hosts.derived["rare"] = rare
+    hosts.derived[key] = mask
+    return mask
 
 
 def describe(rule: Constraint, group: str | None = None) -> str:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +50,9 @@ class HostArrays:
     domains: dict[str, IntArray]
     domain_names: dict[str, list[str]]
     tags: dict[str, BoolArray]
+    # Facts computed from these arrays and their index, kept as long as they
+    # are (the rare features, spare masks per request: constraints.spare_mask).
+    derived: dict[Any, Any] = field(default_factory=dict)
 
     def domain_of(self, level: str, row: int) -> str:
         return self.domain_names[level][int(self.domains[level][row])]

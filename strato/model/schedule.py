@@ -130,6 +130,11 @@ class WeigherSpec(_Strict):
     name: Literal["spread", "pack"] = "spread"
     class_weights: dict[str, Annotated[float, Field(ge=0, le=1e6)]] = Field(
         default_factory=dict)
+    spare: bool = Field(
+        default=True, description="Keep hosts with a rare feature (a trait, tag or "
+        "resource class that at most a quarter of the zone's hosts have) for the requests "
+        "that ask for it: a request that does not is placed on them only when nothing "
+        "else fits.")
 
 
 class ScheduleRequest(_Strict):

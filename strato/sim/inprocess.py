@@ -48,7 +48,8 @@ def schedule_body(request: SimRequest) -> dict[str, Any]:
         group["required"] = list(request.required_traits)
     body: dict[str, Any] = {"consumers": list(request.consumers), "project_id": PROJECT,
                             "user_id": PROJECT, "groups": [group],
-                            "constraints": constraints, "weigher": {"name": request.weigher}}
+                            "constraints": constraints,
+                            "weigher": {"name": request.weigher, "spare": request.spare}}
     if request.group:
         body["group"] = request.group
     return body

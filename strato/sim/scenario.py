@@ -136,6 +136,7 @@ class WorkloadSpec:
     lifetime: LifetimeSpec
     shapes: tuple[ShapeSpec, ...]
     weigher: Literal["spread", "pack"] = "spread"
+    spare: bool = True  # the weigher's `spare`: rare hosts kept for who asks
     samples: int = 200  # utilization samples over the run
 
 
@@ -306,6 +307,10 @@ def _workload(d: Mapping[str, Any]) -> WorkloadSpec:
     weigher = d.get("weigher", "spread")
     if weigher not in ("spread", "pack"):
         raise ScenarioError("workload.weigher must be spread or pack")
+    spare = d.get("spare", True)
+    if not isinstance(spare, bool):
+        raise ScenarioError("workload.spare must be true or false")
     return WorkloadSpec(requests=int(d.get("requests", 100)), arrival=arrival,
                         lifetime=_lifetime(_table(d, "lifetime", required=False)),
-                        shapes=shapes, weigher=weigher, samples=int(d.get("samples", 200)))
+                        shapes=shapes, weigher=weigher, spare=spare,
+                        samples=int(d.get("samples", 200)))

@@ -30,6 +30,7 @@ class SimRequest:
     group: str | None
     lifetime: float
     weigher: str = "spread"
+    spare: bool = True
 
 
 def lifetime(spec: LifetimeSpec, rng: random.Random) -> float:
@@ -108,4 +109,5 @@ def _request(index: int, t: float, shape: ShapeSpec, workload: WorkloadSpec,
     life = lifetime(shape.lifetime or workload.lifetime, rng)
     return SimRequest(index=index, time=t, shape=shape.name, consumers=consumers,
                       resources=dict(shape.resources), required_traits=shape.required_traits,
-                      rules=shape.rules, group=group, lifetime=life, weigher=workload.weigher)
+                      rules=shape.rules, group=group, lifetime=life, weigher=workload.weigher,
+                      spare=workload.spare)

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 from strato.engine import cache as kept
 from strato.engine import candidates as builder
 from strato.engine import explain as explainer
-from strato.engine.constraints import RuleMask, rule_masks
+from strato.engine.constraints import Feature, RuleMask, rule_masks, spare_mask
 from strato.engine.hosts import HostArrays, HostView
 from strato.engine.index import BoolArray, ProviderIndex
 from strato.engine.request import CandidateRequest, GroupPolicy, RequestGroup
@@ -33,7 +33,7 @@ from strato.engine.service import Engine
 from strato.engine.solver import Assignment, Option, SpreadRule, solve
 from strato.engine.weighers import Scorer, WeigherConfig
 from strato.model import errors
-from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec
+from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec, TagsRule
 from strato.store import groups as group_store
 from strato.store import provisional, schedule_requests
 from strato.store.allocations import ConsumerClaim, claim
@@ -89,12 +89,15 @@ class Planner:
                                       class_weights=dict(req.weigher.class_weights)))
         masks = rule_masks(index, hosts, list(req.constraints), req.group, members,
                            self.levels)
+        spare = (spare_mask(index, hosts, asked_features(req, groups))
+                 if req.weigher.spare else None)
         return self._search(req, index, hosts, groups, scorer, stale_rows, masks,
-                            explain_failure)
+                            explain_failure, spare)
 
     def _search(self, req: ScheduleRequest, index: ProviderIndex, hosts: HostArrays,
                 groups: tuple[RequestGroup, ...], scorer: Scorer, stale_rows: BoolArray,
-                masks: list[RuleMask], explain_failure: bool = True) -> Plan:
+                masks: list[RuleMask], explain_failure: bool = True,
+                spare: BoolArray | None = None) -> Plan:
         hard = [m for m in masks if m.hard]
         soft = sorted((m for m in masks if not m.hard), key=lambda m: (-m.weight, m.index))
         base = ~stale_rows
@@ -102,14 +105,21 @@ class Planner:
             base = base & m.allowed
         count = len(req.consumers)
         # Perfect matches first: every soft rule enforced; then drop the
-        # lowest weight one at a time.
+        # lowest weight one at a time. Below every soft rule comes `spare`
+        # (the hosts without a rare feature the request does not ask for): a
+        # perfect match tries those hosts first, and it is the first dropped.
         for keep in range(len(soft), -1, -1):
             active, dropped = soft[:keep], soft[keep:]
             allowed = base
             for m in active:
                 allowed = allowed & m.allowed
-            found = self._assign(req, index, hosts, groups, scorer, allowed,
-                                 hard + active, dropped, count)
+            tiers = (spare, None) if spare is not None and keep == len(soft) else (None,)
+            for tier in tiers:
+                found = self._assign(req, index, hosts, groups, scorer,
+                                     allowed if tier is None else allowed & tier,
+                                     hard + active, dropped, count)
+                if found is not None:
+                    break
             if found is not None:
                 options, assignment = found
                 explain = (self._explain(index, groups, stale_rows, hard + active)
@@ -561,6 +571,19 @@ def _lost(retries: int) -> int:
             f"gave up after {retries} claims lost to concurrent writers; retry",
             errors.CONCURRENT_UPDATE) from None
     return retries
+
+
+def asked_features(req: ScheduleRequest, groups: Sequence[RequestGroup]) -> frozenset[Feature]:
+    """What the request asks for, as features (constraints.rare_features): the
+    classes and traits of its groups, the tags its rules require."""
+    out: set[Feature] = set()
+    for g in groups:
+        out.update(("class", rc) for rc, _ in g.resources)
+        out.update(("trait", t) for anyof in g.required for t in anyof)
+    for c in req.constraints:
+        if isinstance(c, TagsRule):
+            out.update(("tag", t) for t in c.required)
+    return frozenset(out)
 
 
 def candidate_groups(req: ScheduleRequest) -> tuple[RequestGroup, ...]:

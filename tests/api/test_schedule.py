@@ -190,6 +190,32 @@ def test_soft_anti_affinity_prefers_spreading(client: TestClient,
     assert [r["type"] for r in ans["relaxed"]] == ["anti_affinity"]
 
 
+def test_rare_hosts_are_kept_for_the_requests_that_ask_for_them(client: TestClient) -> None:
+    # Five hosts; the two smallest (what `pack` would fill first) each have a
+    # rare feature: a CPU feature trait, a compliance tag.
+    plain = [host(client, f"h{i}") for i in range(3)]
+    gpu = host(client, "gpu", vcpu=4, traits=["HW_CPU_X86_AVX512F"])
+    hipaa = host(client, "hipaa", vcpu=4, tags=["hipaa"])
+    pack = {"name": "pack"}
+    ans = schedule(client, req(1, weigher=pack))
+    assert ans["placements"][0]["provider"] in plain
+    ans = schedule(client, req(1, weigher=pack, groups=[
+        {"resources": {"VCPU": 1}, "required": ["HW_CPU_X86_AVX512F"]}]))
+    assert ans["placements"][0]["provider"] == gpu
+    ans = schedule(client, req(1, weigher=pack, constraints=[
+        {"type": "tags", "required": ["hipaa"]}]))
+    assert ans["placements"][0]["provider"] == hipaa
+    # Turned off, packing alone decides: a 4-vCPU host.
+    ans = schedule(client, req(1, weigher={**pack, "spare": False}))
+    assert ans["placements"][0]["provider"] in (gpu, hipaa)
+    # Spared, not forbidden: with the other hosts full, the rare ones are used.
+    for rp in plain:
+        schedule(client, req(1, vcpu=8 - used(client, rp), groups=[
+            {"resources": {"VCPU": 8 - used(client, rp)}, "in_tree": rp}]))
+    ans = schedule(client, req(1, vcpu=2, weigher=pack))
+    assert ans["placements"][0]["provider"] in (gpu, hipaa)
+
+
 def test_request_id_is_idempotent(any_client: TestClient) -> None:
     rp = host(any_client, "h", vcpu=4)
     body = req(1, vcpu=1, request_id="req-42")

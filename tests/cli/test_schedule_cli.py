@@ -100,7 +100,8 @@ def test_flags_become_the_request_body() -> None:
         resources=["VCPU:2,MEMORY_MB:4096"], count=3, required=["HW_CPU_X86_AVX2"],
         group="web", anti_affinity=["rack"], affinity=["db@room:soft=3"],
         location=["dfw/*"], tag=["hipaa", "!pci-dss:soft"], weigher="pack",
-        class_weight=["VCPU=2"], atomic=False, request_id="r1", dry_run=True, explain=True))
+        class_weight=["VCPU=2"], spare=False, atomic=False, request_id="r1", dry_run=True,
+        explain=True))
     assert len(body.pop("consumers")) == 3
     assert body == {
         "groups": [{"resources": {"VCPU": 2, "MEMORY_MB": 4096},
@@ -113,7 +114,7 @@ def test_flags_become_the_request_body() -> None:
             {"type": "tags", "forbidden": ["pci-dss"], "hard": False},
             {"type": "affinity", "level": "room", "group": "db", "hard": False, "weight": 3.0},
             {"type": "anti_affinity", "level": "rack", "hard": True}],
-        "weigher": {"name": "pack", "class_weights": {"VCPU": 2.0}},
+        "weigher": {"name": "pack", "spare": False, "class_weights": {"VCPU": 2.0}},
         "dry_run": True, "explain": True}
 
 
