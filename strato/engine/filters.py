@@ -29,11 +29,34 @@ def fits_rows(index: ProviderIndex, rc: str, amount: int,
     if col is None:
         return np.zeros(len(range(index.size)[rows]) if isinstance(rows, slice)
                         else len(rows), dtype=bool)
-    ok: BoolArray = col.has[rows] & (col.used[rows] + amount <= col.capacity[rows])
-    ok &= col.min_unit[rows] <= amount
-    ok &= col.max_unit[rows] >= amount
-    ok &= (amount % col.step[rows]) == 0
+    ok: BoolArray = col.used[rows] + amount <= col.capacity[rows]
+    ok &= _units_allow(index, rc, amount)[rows]
     return ok
+
+
+# Kept masks of `_units_allow` per index, before the oldest are dropped.
+_MAX_UNIT_MASKS = 256
+_UNITS_KEY = "units-allow"
+
+
+def _units_allow(index: ProviderIndex, rc: str, amount: int) -> BoolArray:
+    """Providers whose `rc` inventory exists and whose min_unit, max_unit and
+    step_size allow taking `amount`, over all the index's rows. It depends on
+    inventories alone, so it is kept until they change (or the rows grow)."""
+    col = index.rc[rc]
+    rows = len(col.has)
+    kept = index.derived.get(_UNITS_KEY)
+    if kept is None or kept[0] != index.inventory_version or kept[1] != rows:
+        kept = index.derived[_UNITS_KEY] = (index.inventory_version, rows, {})
+    masks: dict[tuple[str, int], BoolArray] = kept[2]
+    got = masks.get((rc, amount))
+    if got is None:
+        if len(masks) >= _MAX_UNIT_MASKS:
+            masks.clear()
+        got = col.has & (col.min_unit <= amount) & (col.max_unit >= amount)
+        got &= (amount % col.step) == 0
+        masks[(rc, amount)] = got
+    return got
 
 
 def has_traits(index: ProviderIndex, required: tuple[tuple[str, ...], ...]) -> BoolArray:

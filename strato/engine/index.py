@@ -103,6 +103,9 @@ class ProviderIndex:
         # columns (strato/engine/cache.py) redo just the rows changed since.
         self.version = 0
         self.row_version = np.zeros(self._rows, dtype=np.int64)
+        # Bumped whenever inventories may have changed (every `apply`): what
+        # depends on inventories alone (filters.fits_rows) is kept until then.
+        self.inventory_version = 0
         # State other modules derive from this index and keep with it.
         self.derived: dict[str, Any] = {}
         # Bumped whenever room may have grown: usage went down, or providers or
@@ -128,6 +131,7 @@ class ProviderIndex:
         structural = False
         recs = list(records)
         self.freed += 1
+        self.inventory_version += 1
         for rec in recs:
             structural |= self._upsert(rec)
         for rec in recs:

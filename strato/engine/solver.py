@@ -82,6 +82,12 @@ def solve(options: Sequence[Option], free: Mapping[tuple[str, str], int], count:
     """The best assignment found, or None if `atomic` and not every instance fits."""
     if count <= 0:
         return Assignment((), 0.0)
+    if count == 1 and not rules:
+        # The usual ask: the best scored option that fits (ties: the first).
+        for i in sorted(range(len(options)), key=lambda i: -options[i].score):
+            if all(free.get(k, 0) >= v for k, v in _need(options[i])):
+                return Assignment((i,), options[i].score)
+        return None if atomic else Assignment((), 0.0)
     allowed = [i for i, o in enumerate(options) if _hard_ok_alone(o, rules)]
     affinity = [k for k, r in enumerate(rules)
                 if r.hard and r.kind is SpreadKind.AFFINITY and not r.existing and r.among_new]

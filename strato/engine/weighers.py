@@ -39,9 +39,10 @@ def _share(free_after: float, capacity: float) -> float:
 
 
 def _free_share(free_after: FloatArray, capacity: FloatArray) -> FloatArray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(capacity > 0, free_after / capacity, 0.0)
-    return np.clip(share, 0.0, 1.0)
+    share = np.zeros(np.shape(free_after), dtype=np.float64)
+    np.divide(free_after, capacity, out=share, where=capacity > 0)
+    np.maximum(share, 0.0, out=share)
+    return np.minimum(share, 1.0, out=share)
 
 
 class SpreadWeigher:

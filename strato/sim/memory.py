@@ -29,6 +29,7 @@ Policies: `strato-memory` (one zone over every host) and `strato-tree-memory`
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,12 +107,12 @@ class _Node:
                             for j, rc in enumerate(classes) if self.present[j]},
                 "traits": sorted(self.traits), "tags_present": sorted(self.tags_present)}
 
-    def _moved(self, delta: Vector) -> None:
-        """Usage moved by `delta`: tell every ancestor."""
+    def _moved(self, delta: Vector, released: bool) -> None:
+        """Usage moved by `delta` (`released`: room grew): tell every ancestor."""
         up = self.parent
         while up is not None:
             router, row = up
-            router.child_moved(row, delta)
+            router.child_moved(row, delta, released)
             up = router.parent
 
 
@@ -161,6 +162,11 @@ class MemoryZone(_Node):
         self.members: dict[str, dict[str, set[str]]] = {}
         # consumer -> (allocations, group)
         self.held: dict[str, tuple[dict[str, dict[str, int]], str | None]] = {}
+        # Host rows in the order releases gave them room, and per request shape
+        # the length of that log when `_surely_refused` last said yes: claims
+        # only take room, so only the rows released since can change the answer.
+        self._released: list[int] = []
+        self._refused_at: dict[tuple[Any, ...], int] = {}
 
     def largest(self) -> Vector:
         if self.index.size:
@@ -200,19 +206,37 @@ class MemoryZone(_Node):
                     return True
                 total[j] = total.get(j, 0) + amount
             traits += [t for t in g.required if not t.startswith(("!", "in:"))]
-        fit = (self.free_m[:, list(total)] >= list(total.values())).all(axis=1)
+        count = len(req.consumers)
+        levels: tuple[str, ...] = ()
+        if req.atomic and count > 1 and req.group:
+            levels = tuple(c.level for c in req.constraints
+                           if isinstance(c, SpreadRuleSpec) and c.hard
+                           and c.type == "anti_affinity" and (c.group or req.group) == req.group)
+        key = (tuple(total.items()), tuple(traits), levels, count if levels else 0)
+        cols, need = list(total), list(total.values())
+        mark = self._refused_at.get(key)
+        if mark is not None:
+            # Refused before: still refused unless a host released since fits
+            # (the hosts that fit can only have shrunk otherwise).
+            since = self._released[mark:]
+            if len(since) < n // 8:
+                rows = np.array(since, dtype=np.int64)
+                fit = (self.free_m[rows][:, cols] >= need).all(axis=1)
+                for t in traits:
+                    fit &= index.trait_mask(t)[rows]
+                if not fit.any():
+                    self._refused_at[key] = len(self._released)
+                    return True
+        fit = (self.free_m[:, cols] >= need).all(axis=1)
         for t in traits:
             fit &= index.trait_mask(t)[:n]
-        if not fit.any():
-            return True
-        count = len(req.consumers)
-        if req.atomic and count > 1 and req.group:
-            for c in req.constraints:
-                if (isinstance(c, SpreadRuleSpec) and c.hard and c.type == "anti_affinity"
-                        and (c.group or req.group) == req.group
-                        and np.unique(hosts.domains[c.level][:n][fit]).size < count):
-                    return True
-        return False
+        refused = not fit.any() or any(
+            np.unique(hosts.domains[level][:n][fit]).size < count for level in levels)
+        if refused:
+            self._refused_at[key] = len(self._released)
+        else:
+            self._refused_at.pop(key, None)
+        return refused
 
     def claim(self, req: ScheduleRequest, plan: Plan) -> list[Placed]:
         """Apply the plan: all of it, or nothing if it no longer fits."""
@@ -243,7 +267,7 @@ class MemoryZone(_Node):
             if req.group:
                 self.members.setdefault(req.group, {})[consumer] = {o.host}
             placed.append(Placed(consumer=consumer, host=o.host, allocations=allocs))
-        self._changed(delta)
+        self._changed(delta, False)
         return placed
 
     def release(self, consumer: str) -> None:
@@ -261,17 +285,18 @@ class MemoryZone(_Node):
                 self.free_m[p, j] += amount
                 delta[j] -= amount
                 self._largest[j] = max(self._largest[j], int(self.free_m[p, j]))
+            self._released.append(p)
         if group:
             members = self.members.get(group, {})
             members.pop(consumer, None)
             if not members:
                 self.members.pop(group, None)
         self.index.freed += 1
-        self._changed(delta)
+        self._changed(delta, True)
 
-    def _changed(self, delta: Vector) -> None:
+    def _changed(self, delta: Vector, released: bool) -> None:
         self.used += delta
-        self._moved(delta)
+        self._moved(delta, released)
 
     def snapshot(self) -> StoreSnapshot:
         """Capacities from the index, allocations as held; raises if the index's
@@ -298,6 +323,22 @@ class MemoryZone(_Node):
 
 
 @dataclass(frozen=True, slots=True)
+class _Ranking:
+    """A router's kept state for ranking one request shape (MemoryRouter._for)."""
+
+    static: Mask  # the children the request's static rules allow
+    cap: Matrix  # capacity of the classes asked, per child
+    counted: npt.NDArray[np.bool_]  # cap > 0
+    divisor: Matrix  # cap, at least 1
+    classes: Vector  # classes counted, at least 1
+    any_counted: Mask  # the child has capacity in some class asked
+    refused: Vector | None  # the vector failure memory of the shape
+
+
+_idents = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
 class _Demand:
     """A request as the children's summaries are tested against it."""
 
@@ -311,11 +352,18 @@ class _Demand:
     tags: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]  # hard (required, forbidden)
     unknown: bool  # a class no zone has
     shape: Shape | None  # for the failure memory
+    ident: int  # distinct per demand, for the routers' kept rankings
     # The same as arrays: per group (class columns, amounts); every class asked
     # (columns, amount for all instances).
-    group_cols: tuple[tuple[npt.NDArray[np.int64], Vector], ...] = ()
     total_cols: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     total_need: Vector = field(default_factory=lambda: np.zeros(0, np.int64))
+    # Per group, one instance's amounts over every class (0 where not asked).
+    group_need: tuple[Vector, ...] = ()
+
+    @property
+    def static(self) -> tuple[Any, ...]:
+        """The key of the per-child tests that depend on the request alone."""
+        return ("static", self.locations, self.tags, self.traits)
 
 
 def demand_of(req: ScheduleRequest, col: dict[str, int]) -> _Demand:
@@ -343,13 +391,19 @@ def demand_of(req: ScheduleRequest, col: dict[str, int]) -> _Demand:
                    locations=tuple(c.pattern for c in hard if isinstance(c, LocationRule)),
                    tags=tuple((tuple(c.required), tuple(c.forbidden)) for c in hard
                               if isinstance(c, TagsRule)),
-                   unknown=unknown, shape=shape_of(req),
-                   group_cols=tuple((np.array([j for j, _ in cols], dtype=np.int64),
-                                     np.array([a for _, a in cols], dtype=np.int64))
-                                    for cols in groups if cols),
+                   unknown=unknown, shape=shape_of(req), ident=next(_idents),
                    total_cols=np.array(sorted(total), dtype=np.int64),
                    total_need=np.array([total[j] * len(req.consumers) for j in sorted(total)],
-                                       dtype=np.int64))
+                                       dtype=np.int64),
+                   group_need=tuple(_over(len(col), cols) for cols in groups if cols))
+
+
+def _over(classes: int, amounts: Sequence[tuple[int, int]]) -> Vector:
+    """(class column, amount) pairs as a vector over every class."""
+    out = np.zeros(classes, dtype=np.int64)
+    for j, a in amounts:
+        out[j] = a
+    return out
 
 
 class MemoryRouter(_Node):
@@ -381,12 +435,30 @@ class MemoryRouter(_Node):
         self._name_rank = np.argsort(np.argsort([e.name for e in self.entries], kind="stable"))
         self._static: dict[tuple[Any, ...], Mask] = {}
         self.failures = FailureMemory()
+        # The failure memory as vectors, for `rank` to prune in one step: per
+        # child, how many releases happened below it; per request shape, the
+        # count each child was at when it refused that shape or a smaller one.
+        self._releases = np.zeros(k, dtype=np.int64)
+        self._refused: dict[Shape, Vector] = {}
+        self._rankings: dict[int, _Ranking] = {}
 
-    def child_moved(self, row: int, delta: Vector) -> None:
+    def child_moved(self, row: int, delta: Vector, released: bool) -> None:
         self.used_m[row] += delta
         self.used += delta
         self._dirty.add(row)
         self._largest = None
+        if released:
+            self._releases[row] += 1
+
+    def _note_refusal(self, row: int, shape: Shape) -> None:
+        """Child `row` refused `shape`: every shape known here that asks at least
+        as much is refused there too, until a release below it."""
+        if shape not in self._refused:
+            self._refused[shape] = np.full(len(self.entries), -1, dtype=np.int64)
+        for s, at in self._refused.items():
+            if (s.key == shape.key and s.count >= shape.count
+                    and all(a >= b for a, b in zip(s.amounts, shape.amounts, strict=True))):
+                at[row] = self._releases[row]
 
     def _fresh(self) -> None:
         for row in self._dirty:
@@ -421,14 +493,13 @@ class MemoryRouter(_Node):
             self._static[key] = got
         return got
 
-    def rank(self, d: _Demand) -> list[int]:
-        """Rows of the children worth asking, best predicted fit first (ZoneTree's
-        `prune_reason` and `predicted_fit` over every child at once)."""
-        if d.unknown:
-            return []
-        self._fresh()
-        static = ("static", d.locations, d.tags, d.traits)
-        ok = self._static.get(static)
+    def _for(self, d: _Demand) -> _Ranking:
+        """What `rank` keeps per request shape: the request-only tests and the
+        capacity terms of the predicted fit (capacities never change here)."""
+        got = self._rankings.get(d.ident)
+        if got is not None:
+            return got
+        ok = self._static.get(d.static)
         if ok is None:
             ok = np.ones(len(self.entries), dtype=bool)
             for pattern in d.locations:
@@ -437,39 +508,61 @@ class MemoryRouter(_Node):
                 ok &= self._mask(("tags", required, forbidden))
             for names in d.traits:
                 ok &= self._mask(("trait", names))
-            self._static[static] = ok
-        for js, amounts in d.group_cols:
-            ok = ok & (self.has[:, js] & (self.largest_m[:, js] >= amounts)).all(axis=1)
-        js, need = d.total_cols, d.total_need
-        cap = self.cap[:, js]
-        free = cap - self.used_m[:, js]
-        if d.atomic:
-            ok = ok & (free >= need).all(axis=1)
-        rows = np.flatnonzero(ok)
-        if rows.size == 0:
+            self._static[d.static] = ok
+        cap = self.cap[:, d.total_cols]
+        counted = cap > 0
+        n = counted.sum(axis=1)
+        refused = None
+        if d.shape is not None:
+            refused = self._refused.setdefault(
+                d.shape, np.full(len(self.entries), -1, dtype=np.int64))
+        got = self._rankings[d.ident] = _Ranking(
+            static=ok, cap=cap, counted=counted, divisor=np.maximum(cap, 1),
+            classes=np.maximum(n, 1), any_counted=n > 0, refused=refused)
+        return got
+
+    def rank(self, d: _Demand, *, remembered: bool = False) -> list[int]:
+        """Rows of the children worth asking, best predicted fit first (ZoneTree's
+        `prune_reason` and `predicted_fit` over every child at once). With
+        `remembered`, also without the children that refused as much of this
+        shape with nothing released below them since."""
+        if d.unknown:
             return []
-        if js.size:
-            cap, free = cap[rows], free[rows]
-            counted = cap > 0
-            shares = np.where(counted, (free - need) / np.maximum(cap, 1), 0.0)
-            n = counted.sum(axis=1)
-            share = shares.sum(axis=1) / np.maximum(n, 1)
-            fit = np.where(n > 0, 1.0 - share if d.pack else share, 0.0)
-        else:
-            fit = np.zeros(rows.size)
+        self._fresh()
+        r = self._for(d)
+        ok = r.static
+        # Amounts are at least 1, so a class a child lacks (largest 0) fails.
+        for need in d.group_need:
+            ok = ok & (self.largest_m >= need).all(axis=1)
+        free = r.cap - self.used_m[:, d.total_cols]
+        if d.atomic:
+            ok = ok & (free >= d.total_need).all(axis=1)
+        if remembered and r.refused is not None:
+            ok = ok & (r.refused != self._releases)
+        rows = np.flatnonzero(ok)
+        if rows.size <= 1:
+            return rows.tolist()
+        # predicted_fit's share: the mean over counted classes of (free - need) / cap.
+        shares = np.where(r.counted[rows], (free[rows] - d.total_need) / r.divisor[rows], 0.0)
+        share = shares.sum(axis=1) / r.classes[rows]
+        fit = np.where(r.any_counted[rows], 1.0 - share if d.pack else share, 0.0)
         order = np.lexsort((self._name_rank[rows], -fit))
         return rows[order].tolist()
 
     def schedule(self, req: ScheduleRequest, d: _Demand, outcomes: list[ZoneOutcome],
-                 looked: list[MemoryZone] | None = None) -> tuple[MemoryZone, Plan] | None:
+                 looked: list[MemoryZone] | None = None, *,
+                 remembered: bool = False) -> tuple[MemoryZone, Plan] | None:
         """Delegate: ask the children best first; the first that plans wins.
 
         Zones refuse without counting their explain funnel (only the request's
         final refusal needs one); `looked` collects the zones that refused, now
-        or before, in order, for the caller to explain.
+        or before, in order, for the caller to explain. `remembered`: skip the
+        children the vector failure memory rules out (`rank`), without listing
+        them: a fast first pass, to be repeated without it if nothing is found,
+        so that a refusal lists them as ZoneTree would.
         """
         looked = [] if looked is None else looked
-        for row in self.rank(d):
+        for row in self.rank(d, remembered=remembered):
             e = self.entries[row]
             freed = e.freed()
             refused = self.failures.blocks(e.name, d.shape, freed)
@@ -488,13 +581,15 @@ class MemoryRouter(_Node):
             else:
                 assert isinstance(e, MemoryRouter)
                 below: list[ZoneOutcome] = []
-                got = e.schedule(req, d, below, looked)
+                got = e.schedule(req, d, below, looked, remembered=remembered)
                 if got is not None:
                     return got
                 out = ZoneOutcome(e.name, "no_valid_placement",
                                   "; ".join(o.reason for o in below),
                                   {"zone": e.name, "children": [o.as_dict() for o in below]})
             self.failures.note(e.name, d.shape, freed, Refusal(out.reason, out.explain))
+            if d.shape is not None:
+                self._note_refusal(row, d.shape)
             outcomes.append(out)
         return None
 
@@ -609,7 +704,12 @@ class MemoryTreeTarget:
             d = self._demands.get(key)
             if d is None:
                 d = self._demands[key] = demand_of(req, self.col)
-            got = self.root.schedule(req, d, asked, looked)
+            got = self.root.schedule(req, d, asked, looked, remembered=True)
+            if got is None:
+                # Nothing: again without the vector memory, for the refusal's
+                # explain (the same children refuse; they are listed now).
+                asked, looked = [], []
+                got = self.root.schedule(req, d, asked, looked)
             if got is None:
                 if looked:
                     # The first zone that looked says why (as ZoneTree's explain
