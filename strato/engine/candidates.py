@@ -132,18 +132,34 @@ def _plain(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
     n = index.size
     if index.layout().nested_root[:n].any() or index.sharing_anchors():
         return None
-    ok = index.live().copy()  # every live provider is a root here
-    if exclude is not None:
-        ok &= ~exclude[:n]
-    for rc, amount in g.resources:
-        if index.rc_columns(rc) is None:
-            return []
-        ok &= filters.fits(index, rc, amount)
+    if any(index.rc_columns(rc) is None for rc, _ in g.resources):
+        return []
     ctx = _Context(index=index, request=request, scorer=scorer, groups=[g], masks=[],
-                   anchor_ok=ok, anchors={}, sharing_single=[[]], sharing_entry=[{}],
-                   rng=None, max_candidates=-1)
+                   anchor_ok=np.zeros(0, dtype=bool), anchors={}, sharing_single=[[]],
+                   sharing_entry=[{}], rng=None, max_candidates=-1)
+    # What fits and its score, before exclusions, are kept until the index
+    # moves: the scheduler asks again with fewer exclusions when the first
+    # ask finds nothing (spare hosts, then all), and other zones' requests
+    # come between a zone's own.
+    key = (index.version, index.structure_version, n, g, scorer.config.name,
+           tuple(sorted(scorer.config.class_weights.items())))
+    kept = index.derived.get(_PLAIN_KEY)
+    if kept is not None and kept[0] == key:
+        fit, scores = kept[1], kept[2]
+    else:
+        fit = index.live().copy()  # every live provider is a root here
+        for rc, amount in g.resources:
+            fit &= filters.fits(index, rc, amount)
+        positions = np.flatnonzero(fit)
+        scores = np.zeros(n, dtype=np.float64)
+        scores[positions] = _simple_scores(ctx, positions)
+        index.derived[_PLAIN_KEY] = (key, fit, scores)
+    ok = fit if exclude is None else fit & ~exclude[:n]
     positions = np.flatnonzero(ok)
-    return _top_simple(ctx, positions, _simple_scores(ctx, positions), request.limit)
+    return _top_simple(ctx, positions, scores[positions], request.limit)
+
+
+_PLAIN_KEY = "plain-fit"
 
 
 # -- preparation -------------------------------------------------------------

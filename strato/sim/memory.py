@@ -220,11 +220,10 @@ class MemoryZone(_Node):
             # (the hosts that fit can only have shrunk otherwise).
             since = self._released[mark:]
             if len(since) < n // 8:
-                rows = np.array(since, dtype=np.int64)
-                fit = (self.free_m[rows][:, cols] >= need).all(axis=1)
-                for t in traits:
-                    fit &= index.trait_mask(t)[rows]
-                if not fit.any():
+                free = self.free_m
+                masks = [index.trait_mask(t) for t in traits]
+                if not any(all(free[p, j] >= a for j, a in total.items())
+                           and all(m[p] for m in masks) for p in since):
                     self._refused_at[key] = len(self._released)
                     return True
         fit = (self.free_m[:, cols] >= need).all(axis=1)
