@@ -352,8 +352,7 @@ class _Demand:
     unknown: bool  # a class no zone has
     shape: Shape | None  # for the failure memory
     ident: int  # distinct per demand, for the routers' kept rankings
-    # The same as arrays: per group (class columns, amounts); every class asked
-    # (columns, amount for all instances).
+    # The same as arrays: every class asked (columns, amount for all instances).
     total_cols: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     total_need: Vector = field(default_factory=lambda: np.zeros(0, np.int64))
     # Per group, one instance's amounts over every class (0 where not asked).

@@ -194,3 +194,50 @@ def test_refusals_name_their_reason() -> None:
         finally:
             target.close()
         assert result.metrics.reasons == {"VCPU: short": 20}
+
+
+def test_the_kept_failure_memories_change_no_decision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The routers' vector failure memory and the zones' remembered pre-check
+    refusals only save work: without them, every answer and reason is the same."""
+    cell = {"count": 4, "hosts_per_rack": 1, "racks_per_room": 2, "name": "h",
+            "inventory": {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 16384}}}
+    # One kind of request in several sizes, some CPU-heavy and some memory-
+    # heavy, so that cells pass the summary test and still refuse (free CPU on
+    # one host, free memory on another), and the refusals of small requests
+    # stand for bigger ones.
+    sizes = [(6, 1024), (1, 14336), (3, 6144), (2, 2048), (1, 1024)]
+    sc = parse({
+        "scenario": {"name": "cells"},
+        "cluster": {"zone": {"name": "root", "site": "root", "children": [
+            {"name": f"c{i}", "site": f"s{i}", "providers": [cell]} for i in range(6)]}},
+        "workload": {
+            "requests": 600, "weigher": "pack",
+            "arrival": {"process": "poisson", "rate": 3.0},
+            "lifetime": {"distribution": "exponential", "mean": 20.0, "minimum": 1.0},
+            "shapes": [{"name": f"s{v}-{m}", "resources": {"VCPU": v, "MEMORY_MB": m}}
+                       for v, m in sizes]}})
+    hosts = build_hosts(sc, 2)
+    model = ClusterModel(hosts, sc.levels)
+
+    def recorded() -> tuple[list[tuple[bool, tuple[str, ...], str | None]], int]:
+        target = Recording(MemoryTreeTarget(hosts, sc))
+        try:
+            result = run(sc, target, model, seed=5)
+        finally:
+            target.close()
+        return target.seen, result.metrics.requests - result.metrics.accepted
+
+    kept, refused = recorded()
+    rank, refuse = MemoryRouter.rank, MemoryZone._surely_refused
+
+    def forgetful_rank(self: MemoryRouter, d: Any, *, remembered: bool = False) -> list[int]:
+        return rank(self, d)
+
+    def forgetful_refuse(self: MemoryZone, req: ScheduleRequest, hosts: Any) -> bool:
+        self._refused_at.clear()
+        return refuse(self, req, hosts)
+
+    monkeypatch.setattr(MemoryRouter, "rank", forgetful_rank)
+    monkeypatch.setattr(MemoryZone, "_surely_refused", forgetful_refuse)
+    assert recorded() == (kept, refused)
+    assert refused > 20  # tight enough to refuse
