@@ -105,8 +105,9 @@ Feature = tuple[str, str]  # ("trait" | "tag" | "class", name)
 def rare_features(index: ProviderIndex, hosts: HostArrays) -> dict[Feature, BoolArray]:
     """Every rare feature of the zone, with the rows whose host has it (a
     feature of any provider in a tree belongs to its host: a GPU child makes
-    its host a GPU host). Kept on `hosts`, which are rebuilt when the index
-    structure (traits, inventories' existence, trees) or the tags change."""
+    its host a GPU host). Kept on `hosts` (rebuilt when the index structure or
+    the tags change) while the index's inventories stay put."""
+    _current(index, hosts)
     got: dict[Feature, BoolArray] | None = hosts.derived.get("rare")
     if got is not None:
         return got
@@ -141,6 +142,7 @@ def spare_mask(index: ProviderIndex, hosts: HostArrays, asked: frozenset[Feature
     asks for `asked` goes first, so that the rare hosts stay free for the
     requests that need them. None when that leaves out nothing or everything
     (no preference)."""
+    _current(index, hosts)
     key = ("spare", asked)
     if key in hosts.derived:
         cached: BoolArray | None = hosts.derived[key]
@@ -152,11 +154,19 @@ def spare_mask(index: ProviderIndex, hosts: HostArrays, asked: frozenset[Feature
         keep = ~np.logical_or.reduce(avoid)
         mask = keep if keep.any() else None
     if len(hosts.derived) > _MAX_SPARE_MASKS:
-        rare = hosts.derived["rare"]
+        keep = {k: hosts.derived[k] for k in ("rare", "inventory_version")}
         hosts.derived.clear()
-        hosts.derived["rare"] = rare
+        hosts.derived.update(keep)
     hosts.derived[key] = mask
     return mask
+
+
+def _current(index: ProviderIndex, hosts: HostArrays) -> None:
+    """Forget what `hosts` keep if inventories changed since (a class added to
+    or removed from a host moves the rare features)."""
+    if hosts.derived.get("inventory_version") != index.inventory_version:
+        hosts.derived.clear()
+        hosts.derived["inventory_version"] = index.inventory_version
 
 
 def describe(rule: Constraint, group: str | None = None) -> str:

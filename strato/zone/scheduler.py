@@ -113,13 +113,19 @@ class Planner:
             allowed = base
             for m in active:
                 allowed = allowed & m.allowed
-            tiers = (spare, None) if spare is not None and keep == len(soft) else (None,)
-            for tier in tiers:
-                found = self._assign(req, index, hosts, groups, scorer,
-                                     allowed if tier is None else allowed & tier,
+            found = None
+            if spare is not None and keep == len(soft):
+                found = self._assign(req, index, hosts, groups, scorer, allowed & spare,
                                      hard + active, dropped, count)
-                if found is not None:
-                    break
+                # Sparing never costs an instance (atomic=false places what fits).
+                if found is not None and len(found[1].choices) < count:
+                    wider = self._assign(req, index, hosts, groups, scorer, allowed,
+                                         hard + active, dropped, count)
+                    if wider is not None and len(wider[1].choices) > len(found[1].choices):
+                        found = wider
+            if found is None:
+                found = self._assign(req, index, hosts, groups, scorer, allowed,
+                                     hard + active, dropped, count)
             if found is not None:
                 options, assignment = found
                 explain = (self._explain(index, groups, stale_rows, hard + active)

@@ -216,6 +216,14 @@ def test_rare_hosts_are_kept_for_the_requests_that_ask_for_them(client: TestClie
     assert ans["placements"][0]["provider"] in (gpu, hipaa)
 
 
+def test_sparing_costs_no_instance(client: TestClient) -> None:
+    plain = [host(client, f"h{i}") for i in range(3)]
+    rare = host(client, "hipaa", tags=["hipaa"])
+    ans = schedule(client, req(4, vcpu=8, atomic=False))
+    assert sorted(p["provider"] for p in ans["placements"]) == sorted([*plain, rare])
+    assert ans["unplaced"] == []
+
+
 def test_request_id_is_idempotent(any_client: TestClient) -> None:
     rp = host(any_client, "h", vcpu=4)
     body = req(1, vcpu=1, request_id="req-42")

@@ -69,3 +69,12 @@ def test_spare_leaves_out_the_hosts_of_rare_features_not_asked() -> None:
 def test_no_preference_when_every_host_is_rare_in_some_way() -> None:
     index, hosts = world(4, traits={0: {"A"}, 1: {"B"}, 2: {"C"}, 3: {"D"}})
     assert spare_mask(index, hosts, frozenset()) is None
+
+
+def test_a_class_added_to_a_host_makes_it_rare() -> None:
+    index, hosts = world(8)
+    assert spare_mask(index, hosts, frozenset({("class", "VCPU")})) is None
+    index.apply([ProviderRecord(uuid=u("h3"), inventories={
+        **CPU, "VGPU": InventoryRecord(total=2)})], ())
+    plain = spare_mask(index, hosts, frozenset({("class", "VCPU")}))
+    assert plain is not None and rows(index, ~plain) == {"h3"}
