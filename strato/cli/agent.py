@@ -18,7 +18,7 @@ from strato.agent.config import DEFAULT_INTERVAL, AgentConfig, ConfigError, load
 
 
 def agent(
-    zone_url: str = typer.Option(None, envvar="STRATO_ZONE_URL",
+    zone_url: str = typer.Option(None, "--zone-url", "--url", envvar="STRATO_ZONE_URL",
                                  help="The zone server to report to, e.g. http://zone:8780."),
     token: str = typer.Option(None, envvar="STRATO_AUTH_TOKEN",
                               help="X-Auth-Token (default: 'admin', development mode)."),

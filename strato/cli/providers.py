@@ -10,7 +10,8 @@ from rich.table import Table
 
 
 def providers(
-    zone_url: str = typer.Option("http://127.0.0.1:8780", envvar="STRATO_ZONE_URL",
+    zone_url: str = typer.Option("http://127.0.0.1:8780", "--zone-url", "--url",
+                                 envvar=["STRATO_ZONE_URL", "STRATO_URL"],
                                  help="The zone server."),
     token: str = typer.Option("admin", envvar="STRATO_AUTH_TOKEN", help="X-Auth-Token."),
     stale: bool = typer.Option(False, "--stale", help="Only stale providers (silent agents)."),
