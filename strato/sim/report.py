@@ -34,12 +34,21 @@ def build(scenario: Scenario, seed: int, results: Sequence[RunResult],
     return {
         "scenario": scenario.name, "description": scenario.description, "seed": seed,
         "providers": scenario.provider_count(), "requests": scenario.workload.requests,
+        "weigher": {"name": scenario.workload.weigher, "spare": scenario.workload.spare},
         "classes": results[0].metrics.model.classes if results else [],
         "machine": {"python": platform.python_version(), "cpu": platform.machine()},
         "setup_s": setup_s, "policies": by,
         "exact": exact.as_dict() if exact is not None else None,
         "checks": checks, "series": series,
     }
+
+
+def _weigher(data: dict[str, Any]) -> str:
+    w = data.get("weigher")
+    if not w:
+        return ""
+    spare = "on" if w["spare"] else "off"
+    return f"Strato's weigher: {w['name']}, sparing rare hosts {spare}. "
 
 
 def _pct(x: float) -> str:
@@ -50,7 +59,7 @@ def markdown(data: dict[str, Any], images: Sequence[str]) -> str:
     pol = data["policies"]
     lines = [f"# Simulation: {data['scenario']}", "", data["description"], "",
              f"{data['providers']} providers, {data['requests']} requests, seed {data['seed']}. "
-             "Definitions of every figure: docs/simulator.md.", "",
+             f"{_weigher(data)}Definitions of every figure: docs/simulator.md.", "",
              "## Summary", "",
              "| policy | accepted load | rejected | p50 ms | p99 ms | placements/s | "
              "soft kept | hard violations |",

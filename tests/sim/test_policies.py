@@ -11,6 +11,7 @@ import pytest
 
 from strato.sim.baselines import FirstFit, NovaLike, RandomFit
 from strato.sim.cluster import ClusterModel, build_hosts
+from strato.sim.inprocess import schedule_body
 from strato.sim.metrics import StrandedGauge
 from strato.sim.runner import run
 from strato.sim.scenario import (
@@ -156,6 +157,19 @@ def test_scenario_errors_name_the_field() -> None:
         parse({"cluster": {"zone": {"providers": [{"count": 1, "inventory": {"VCPU": 1}}]}},
                "workload": {"shapes": [{"name": "x", "resources": {"VCPU": 1},
                                         "rules": [{"type": "anti_affinity"}]}]}})
+    one = {"cluster": {"zone": {"providers": [{"count": 1, "inventory": {"VCPU": 1}}]}}}
+    shapes = [{"name": "x", "resources": {"VCPU": 1}}]
+    with pytest.raises(ScenarioError, match=r"workload\.spare"):
+        parse({**one, "workload": {"shapes": shapes, "spare": "no"}})
+
+
+def test_sparing_rare_hosts_can_be_turned_off_per_scenario() -> None:
+    one = {"cluster": {"zone": {"providers": [{"count": 1, "inventory": {"VCPU": 1}}]}}}
+    shapes = [{"name": "x", "resources": {"VCPU": 1}}]
+    for spare in (True, False):
+        sc = parse({**one, "workload": {"shapes": shapes, "spare": spare}})
+        req = next(iter(requests(sc.workload, 1)))
+        assert schedule_body(req)["weigher"] == {"name": "spread", "spare": spare}
 
 
 class _IgnoresRules(FirstFit):
