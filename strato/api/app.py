@@ -10,18 +10,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.exc import DataError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 
 import strato
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
 from strato.api.fast import FastSchedule
-from strato.api.middleware import StratoMiddleware
+from strato.api.middleware import StratoMiddleware, accepts_json
 from strato.api.responses import REQUEST_ID_KEY, error_response
 from strato.api.routes import ROUTERS
 from strato.config import Settings
@@ -46,6 +47,23 @@ _TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not 
 def _rid(request: Request) -> str | None:
     rid = request.scope.get(REQUEST_ID_KEY)
     return rid if isinstance(rid, str) else None
+
+
+def _allowed(app: FastAPI, request: Request) -> list[str]:
+    """The methods some route takes at the request's path."""
+    found = []
+    for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+        scope = {**request.scope, "method": method}
+        if any(r.matches(scope)[0] is Match.FULL for r in app.router.routes):
+            found.append(method)
+    return found
+
+
+async def _json_accepted(request: Request) -> None:
+    """As Placement's GET handlers: 406 unless the Accept header allows JSON
+    (an unknown path is still a 404, and other methods do not look)."""
+    if request.method in ("GET", "HEAD") and not accepts_json(request.headers.get("accept")):
+        raise errors.NotAcceptable("Only application/json is provided")
 
 
 def _telemetry_off() -> dict[str, Any]:
@@ -88,6 +106,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
 
     app = FastAPI(title="Strato", version=strato.__version__, lifespan=lifespan,
                   docs_url="/docs", redoc_url=None, **_telemetry_off(),
+                  dependencies=[Depends(_json_accepted)],
                   description="Distributed, hierarchical resource scheduler and placement "
                               "service with an OpenStack Placement compatible API.")
     app.state.db = database
@@ -119,13 +138,19 @@ def create_app(settings: Settings, *, db: Database | None = None,
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        headers = dict(exc.headers or {})
         if exc.status_code == 404:
-            detail = f"The resource could not be found: {request.url.path}"
+            detail = "The resource could not be found."
         elif exc.status_code == 405:
-            detail = (f"The method {request.method} is not allowed for this resource"
-                      f" ({request.url.path})")
+            # Placement's words, and every method the path takes (Starlette
+            # names only the first route that matched the path).
+            detail = f"The method {request.method} is not allowed for this resource."
+            methods = _allowed(app, request)
+            if methods:
+                headers = {k: v for k, v in headers.items() if k.lower() != "allow"}
+                headers["allow"] = ", ".join(methods)
         return error_response(exc.status_code, _TITLES.get(exc.status_code, detail), detail,
-                              errors.DEFAULT, _rid(request), dict(exc.headers or {}))
+                              errors.DEFAULT, _rid(request), headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:

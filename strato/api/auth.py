@@ -73,9 +73,9 @@ class NoAuth:
 
     def authenticate(self, headers: dict[str, str]) -> Context:
         token = _token(headers)
-        if token == "admin":
-            return Context(user_id="admin", project_id="admin",
-                           roles=frozenset({"admin"}) | _roles(headers))
         user, _, project = token.partition(":")
+        if user == "admin":  # as noauth2: user admin, any project, is an admin
+            return Context(user_id="admin", project_id=project or "admin",
+                           roles=frozenset({"admin"}) | _roles(headers))
         return Context(user_id=user, project_id=project or headers.get("x-project-id"),
                        roles=_roles(headers))

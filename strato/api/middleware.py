@@ -21,6 +21,26 @@ from strato.model import errors
 PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/strato/v1/health"})
 
 
+def accepts_json(accept: str | None) -> bool:
+    """Whether an Accept header allows application/json (as Placement checks it:
+    application/json, application/* or */* with a q above 0; no header: yes)."""
+    if not accept or not accept.strip():
+        return True
+    for item in accept.split(","):
+        media, *params = (p.strip() for p in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if q > 0 and media.lower() in ("application/json", "application/*", "*/*"):
+            return True
+    return False
+
+
 class StratoMiddleware:
     def __init__(self, app: ASGIApp, auth: AuthStrategy, max_body_bytes: int) -> None:
         self.app = app
@@ -40,7 +60,8 @@ class StratoMiddleware:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = list(message.get("headers", [])) + out_headers
+                message["headers"] = [_absolute(scope, headers, k, v)
+                                      for k, v in message.get("headers", [])] + out_headers
             await send(message)
 
         try:
@@ -53,7 +74,12 @@ class StratoMiddleware:
             if scope["path"] not in PUBLIC_PATHS:
                 scope[CONTEXT_KEY] = self.auth.authenticate(headers)
             length = headers.get("content-length")
-            if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            if length is not None and not length.strip().isdigit():
+                raise errors.BadRequest("content-length header must be an integer")
+            if length is not None and int(length) > 0 and not headers.get("content-type"):
+                raise errors.BadRequest("content-type header required when "
+                                        "content-length > 0")
+            if length is not None and int(length) > self.max_body_bytes:
                 raise errors.PayloadTooLarge(
                     f"request body of {length} bytes exceeds the limit of "
                     f"{self.max_body_bytes} bytes")
@@ -81,3 +107,18 @@ class StratoMiddleware:
             return message
 
         return wrapped
+
+
+def _absolute(scope: Scope, headers: dict[str, str], key: bytes, value: bytes
+              ) -> tuple[bytes, bytes]:
+    """A relative Location made absolute with the request's scheme and host,
+    as Placement (webob) answers it."""
+    if key.lower() != b"location" or not value.startswith(b"/"):
+        return key, value
+    host = headers.get("host")
+    if not host:
+        server = scope.get("server")
+        if not server:
+            return key, value
+        host = f"{server[0]}:{server[1]}"
+    return key, f"{scope.get('scheme', 'http')}://{host}".encode("latin-1") + value

@@ -61,6 +61,10 @@ class ConsumerClaim:
     # The consumer generation the writer read. None: the consumer must not
     # exist yet. ANY_GENERATION: do not check.
     generation: int | _AnyGeneration | None = ANY_GENERATION
+    # An emptying written as allocations (POST /allocations with {}): as in
+    # Placement, the providers the consumer leaves get their generation
+    # bumped, which DELETE /allocations does not do.
+    bump_emptied: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,9 @@ def claim(conn: Connection, claims: Sequence[ConsumerClaim]) -> ClaimResult:
     Checks, inside the caller's write transaction: consumer generations,
     providers and classes exist, min_unit/max_unit/step_size, and capacity
     ((total - reserved) * allocation_ratio) against everyone else's usage.
-    Every provider whose usage changes gets its generation bumped. Any failure
+    Every provider the new allocations use gets its generation bumped (as in
+    Placement: not those that only lose allocations, unless `bump_emptied`).
+    Any failure
     raises a StratoError; the caller's transaction then rolls back.
 
     The statements run on the DBAPI cursor (`strato.store.raw`): this is the
@@ -149,18 +155,25 @@ def _claim(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim],
     if demand:
         _check_capacity(raw, demand, rows_to_insert, consumer_uuids, uuid_of, rc_ids)
 
+    gaining = set(named.values())
+    emptied = [c.consumer_uuid for c in claims if c.bump_emptied and not c.allocations]
+    if emptied:
+        gaining |= {int(r[0]) for r in raw.all(
+            "SELECT DISTINCT resource_provider_id FROM allocations "
+            f"WHERE consumer_id IN ({marks(len(emptied))})", emptied)}
     raw.run(f"DELETE FROM allocations WHERE consumer_id IN ({marks(len(consumer_uuids))})",
             consumer_uuids)
     now = raw.stamp(utcnow())
     raw.many("INSERT INTO allocations (resource_provider_id, consumer_id, resource_class_id, "
              "used, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
              [(*r, now, now) for r in rows_to_insert])
-    # Every affected provider is locked (PostgreSQL) or the database is
-    # (SQLite): one statement bumps them all.
-    if affected_ids:
+    # As Placement, the generation moves on the providers the new allocations
+    # use (not on those that only lose some). Every affected provider is
+    # locked (PostgreSQL) or the database is (SQLite): one statement.
+    if gaining:
         bumped = raw.run("UPDATE resource_providers SET generation = generation + 1 "
-                         f"WHERE id IN ({marks(len(affected_ids))})", affected_ids)
-        if bumped != len(affected_ids):
+                         f"WHERE id IN ({marks(len(gaining))})", sorted(gaining))
+        if bumped != len(gaining):
             raise errors.ConcurrentUpdate("a resource provider changed concurrently; retry")
 
     generations = _write_consumers(conn, raw, claims, existing)

@@ -142,11 +142,15 @@ def create_provider(
                               errors.DUPLICATE_NAME)
     parent_id = root_id = None
     if parent_uuid is not None:
+        if parent_uuid == uuid:
+            raise errors.BadRequest(
+                f"Unable to create resource provider \"{name}\", {uuid}: "
+                "parent provider UUID cannot be same as UUID. Please modify request.")
         parent = get_provider_or_none(conn, parent_uuid)
         if parent is None:
             raise errors.BadRequest(
                 f"Unable to create resource provider \"{name}\", {uuid}: "
-                f"parent provider {parent_uuid} does not exist")
+                f"parent provider UUID does not exist ({parent_uuid})")
         parent_id = parent.id
         root_id = conn.execute(sa.select(rp.c.root_provider_id).where(rp.c.id == parent.id)
                                ).scalar_one()
@@ -178,7 +182,8 @@ def update_provider(
     conn: Connection, uuid: str, *, name: str, parent_uuid: str | None,
     allow_reparent: bool,
 ) -> Provider:
-    """Rename and/or (re)parent a provider; bumps its generation.
+    """Rename and/or (re)parent a provider. As in Placement, the generation
+    stays: it counts changes of inventories, traits, aggregates and allocations.
 
     Before microversion 1.37 a parent may only be set where there was none;
     from 1.37 (`allow_reparent`) a provider may move anywhere that does not
@@ -188,7 +193,7 @@ def update_provider(
     if _name_taken(conn, name, except_id=p.id):
         raise errors.Conflict(f"Conflicting resource provider name: {name} already exists.",
                               errors.DUPLICATE_NAME)
-    values: dict[str, object] = {"name": name}
+    values: dict[str, object] = {"name": name, "updated_at": utcnow()}
     subtree: list[int] = []
     if parent_uuid != p.parent_provider_uuid:
         if not allow_reparent and p.parent_provider_uuid is not None:
@@ -206,7 +211,7 @@ def update_provider(
             parent = get_provider_or_none(conn, parent_uuid)
             if parent is None:
                 raise errors.BadRequest(
-                    f"parent provider {parent_uuid} does not exist")
+                    f"parent provider UUID does not exist ({parent_uuid})")
             if parent.id == p.id or parent.id in subtree:
                 raise errors.BadRequest("creating loop in the provider tree is not allowed.")
             new_root = conn.execute(
@@ -216,7 +221,6 @@ def update_provider(
     if "root_provider_id" in values and subtree:
         conn.execute(sa.update(rp).where(rp.c.id.in_(subtree))
                      .values(root_provider_id=values["root_provider_id"]))
-    bump_generation(conn, p)
     touched = [uuid]
     if subtree:
         touched += list(conn.execute(sa.select(rp.c.uuid).where(rp.c.id.in_(subtree))).scalars())

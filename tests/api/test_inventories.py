@@ -106,7 +106,7 @@ def test_post_one_class(any_client: TestClient) -> None:
     r = any_client.post(_url(rp), json={"resource_class": "DISK_GB", "total": 2048,
                                         "reserved": 512, "step_size": 10})
     assert r.status_code == 201, r.text
-    assert r.headers["location"] == f"/resource_providers/{rp}/inventories/DISK_GB"
+    assert r.headers["location"] == f"http://testserver/resource_providers/{rp}/inventories/DISK_GB"
     assert r.json() == {**DEFAULTS, "total": 2048, "reserved": 512, "step_size": 10,
                         "resource_provider_generation": 1}
     # A class already there is a conflict; the set is unchanged.

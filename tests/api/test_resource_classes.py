@@ -82,7 +82,7 @@ def test_routes_need_microversion_1_2(client: TestClient) -> None:
 def test_create_show_list_delete(any_client: TestClient) -> None:
     r = any_client.post("/resource_classes", json={"name": "CUSTOM_NFV_FOO"})
     assert r.status_code == 201
-    assert r.headers["location"] == "/resource_classes/CUSTOM_NFV_FOO"
+    assert r.headers["location"] == "http://testserver/resource_classes/CUSTOM_NFV_FOO"
     assert r.content == b"" and "content-type" not in r.headers
     r = any_client.get("/resource_classes/CUSTOM_NFV_FOO")
     assert r.status_code == 200
@@ -204,11 +204,11 @@ def test_rename_errors_before_1_7_change_nothing(client: TestClient) -> None:
 def test_put_from_1_7_creates_or_verifies(any_client: TestClient) -> None:
     r = any_client.put("/resource_classes/CUSTOM_NEW", headers=V1_7)
     assert r.status_code == 201
-    assert r.headers["location"] == "/resource_classes/CUSTOM_NEW"
+    assert r.headers["location"] == "http://testserver/resource_classes/CUSTOM_NEW"
     assert r.content == b""
     r = any_client.put("/resource_classes/CUSTOM_NEW", headers=V1_7)
     assert r.status_code == 204
-    assert r.headers["location"] == "/resource_classes/CUSTOM_NEW"
+    assert r.headers["location"] == "http://testserver/resource_classes/CUSTOM_NEW"
     # a body is not needed and not looked at
     r = any_client.put("/resource_classes/CUSTOM_NEW", json={"name": "CUSTOM_OTHER"})
     assert r.status_code == 204

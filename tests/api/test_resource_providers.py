@@ -18,7 +18,8 @@ def test_create_show_update_delete(any_client: TestClient) -> None:
     assert rp["generation"] == 0
     assert rp["root_provider_uuid"] == rp["uuid"]
     r = any_client.put(f"/resource_providers/{rp['uuid']}", json={"name": "cn1-renamed"})
-    assert r.status_code == 200 and r.json()["generation"] == 1
+    # As Placement: a rename is not a change the generation counts.
+    assert r.status_code == 200 and r.json()["generation"] == 0
     assert any_client.get(f"/resource_providers/{rp['uuid']}").json()["name"] == "cn1-renamed"
     assert any_client.delete(f"/resource_providers/{rp['uuid']}").status_code == 204
     r = any_client.get(f"/resource_providers/{rp['uuid']}")
@@ -30,7 +31,7 @@ def test_old_microversion_create_is_201_without_body(client: TestClient) -> None
     r = client.post("/resource_providers", json={"name": "x"},
                     headers={"openstack-api-version": "placement 1.19"})
     assert r.status_code == 201
-    assert r.headers["location"].startswith("/resource_providers/")
+    assert r.headers["location"].startswith("http://testserver/resource_providers/")
     assert r.headers["openstack-api-version"] == "placement 1.19"
 
 

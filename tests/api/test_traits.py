@@ -87,10 +87,10 @@ def test_routes_need_microversion_1_6(client: TestClient) -> None:
 def test_create_show_delete_custom_trait(any_client: TestClient) -> None:
     r = any_client.put("/traits/CUSTOM_TRAIT_1", headers=V1_6)
     assert r.status_code == 201
-    assert r.headers["location"] == "/traits/CUSTOM_TRAIT_1"
+    assert r.headers["location"] == "http://testserver/traits/CUSTOM_TRAIT_1"
     assert "content-type" not in r.headers and "last-modified" not in r.headers
     r = any_client.put("/traits/CUSTOM_TRAIT_1", headers=V1_6)
-    assert r.status_code == 204 and r.headers["location"] == "/traits/CUSTOM_TRAIT_1"
+    assert r.status_code == 204 and r.headers["location"] == "http://testserver/traits/CUSTOM_TRAIT_1"
     r = any_client.get("/traits/CUSTOM_TRAIT_1", headers=V1_6)
     assert r.status_code == 204 and r.content == b"" and "content-type" not in r.headers
     assert any_client.get("/traits/HW_CPU_X86_SSE").status_code == 204

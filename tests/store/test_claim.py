@@ -61,13 +61,20 @@ def test_claim_writes_bumps_and_records(database: Database) -> None:
                   if kind == "allocation"}
     assert logged == {a, b}
 
-    # Moving everything to b touches a too: its usage changed.
+    # Moving everything to b touches a too (its usage changed, the index must
+    # hear of it), but as in Placement only b's generation moves.
     moved = ConsumerClaim(consumer_uuid=c.consumer_uuid, allocations={b: {"VCPU": 4}},
                           generation=1)
     with database.write() as conn:
         result = claim(conn, [moved])
     assert set(result.touched_providers) == {a, b}
-    assert generation(database, a) == gen_a + 2
+    assert (generation(database, a), generation(database, b)) == (gen_a + 1, gen_b + 2)
+    # Emptied through POST /allocations, the providers left behind move (Placement);
+    # a delete moves none.
+    emptied = ConsumerClaim(consumer_uuid=c.consumer_uuid, generation=2, bump_emptied=True)
+    with database.write() as conn:
+        claim(conn, [emptied])
+    assert (generation(database, a), generation(database, b)) == (gen_a + 1, gen_b + 3)
 
 
 def test_all_or_nothing(database: Database) -> None:

@@ -164,11 +164,15 @@ def _allocations_of(body: ConsumerBody) -> dict[str, dict[str, int]]:
     return out
 
 
-def to_claim(consumer_uuid: str, body: ConsumerBody) -> store.ConsumerClaim:
-    """The claim that makes `body` the consumer's complete allocations."""
+def to_claim(consumer_uuid: str, body: ConsumerBody, *, post: bool = False
+             ) -> store.ConsumerClaim:
+    """The claim that makes `body` the consumer's complete allocations
+    (`post`: written through POST /allocations)."""
+    allocations = _allocations_of(body)
     return store.ConsumerClaim(
         consumer_uuid=consumer_uuid,
-        allocations=_allocations_of(body),
+        allocations=allocations,
+        bump_emptied=post and not allocations,
         project_id=getattr(body, "project_id", None),
         user_id=getattr(body, "user_id", None),
         consumer_type=getattr(body, "consumer_type", None),
@@ -251,7 +255,7 @@ async def create_allocations(request: Request) -> Response:
                                 "required (minProperties 1)")
     model = post_body_model(v)
     # Validated once more per consumer, against this version's model.
-    claims = [to_claim(canonical_uuid(c), validate_consumer(model, c, b))
+    claims = [to_claim(canonical_uuid(c), validate_consumer(model, c, b), post=True)
               for c, b in bodies.items()]
     with deps.db(request).write() as conn:
         store.claim(conn, claims)

@@ -74,7 +74,7 @@ async def reshape(request: Request) -> Response:
     v = require(request, V1_30)
     body = validate(ReshapeBody, await read_json(request))
     model = post_body_model(v)
-    claims = [to_claim(canonical_uuid(c), validate_consumer(model, c, b))
+    claims = [to_claim(canonical_uuid(c), validate_consumer(model, c, b), post=True)
               for c, b in body.allocations.root.items()]
     inventories = _inventories(body)
     with deps.db(request).write() as conn:
