@@ -42,14 +42,67 @@ async def read_model(request: Request, model: type[M]) -> M:
     return validate(model, await read_json(request))
 
 
-def describe(exc: ValidationError) -> str:
+# pydantic's error types as JSON Schema's validators (Placement validates with
+# jsonschema, and its messages are what clients and tests look for).
+_VALIDATORS = {
+    "missing": "required", "extra_forbidden": "additionalProperties",
+    "greater_than_equal": "minimum", "greater_than": "exclusiveMinimum",
+    "less_than_equal": "maximum", "less_than": "exclusiveMaximum",
+    "string_too_short": "minLength", "string_too_long": "maxLength",
+    "string_pattern_mismatch": "pattern", "uuid_parsing": "format", "uuid_type": "format",
+    "literal_error": "enum", "enum": "enum",
+}
+_JSON_TYPES = {"int": "integer", "float": "number", "string": "string", "str": "string",
+               "bool": "boolean", "list": "array", "dict": "object", "model": "object",
+               "tuple": "array", "set": "array"}
+
+
+def _schema_message(e: Any) -> tuple[str, str]:
+    """(message, validator) for one pydantic error, worded as jsonschema words it."""
+    kind, ctx, value = e["type"], e.get("ctx") or {}, e.get("input")
+    loc = e["loc"]
+    if kind == "missing":
+        return f"'{loc[-1] if loc else 'body'}' is a required property", "required"
+    if kind == "extra_forbidden":
+        return (f"Additional properties are not allowed ('{loc[-1]}' was unexpected)",
+                "additionalProperties")
+    if kind == "greater_than_equal":
+        return f"{value!r} is less than the minimum of {ctx.get('ge')}", "minimum"
+    if kind == "greater_than":
+        return f"{value!r} is less than or equal to the minimum of {ctx.get('gt')}", \
+            "exclusiveMinimum"
+    if kind == "less_than_equal":
+        return f"{value!r} is greater than the maximum of {ctx.get('le')}", "maximum"
+    if kind == "string_too_short":
+        return f"{value!r} is too short", "minLength"
+    if kind == "string_too_long":
+        return f"{value!r} is too long", "maxLength"
+    if kind == "too_short":
+        if isinstance(value, dict):
+            return f"{value!r} does not have enough properties", "minProperties"
+        return f"{value!r} is too short", "minItems"
+    if kind == "too_long":
+        if isinstance(value, dict):
+            return f"{value!r} has too many properties", "maxProperties"
+        return f"{value!r} is too long", "maxItems"
+    if kind == "string_pattern_mismatch":
+        return f"{value!r} does not match {ctx.get('pattern')!r}", "pattern"
+    if kind in ("uuid_parsing", "uuid_type"):
+        return f"{value!r} is not a 'uuid'", "format"
+    base = kind.split("_")[0]
+    if kind.endswith(("_type", "_parsing")) and base in _JSON_TYPES:
+        return f"{value!r} is not of type '{_JSON_TYPES[base]}'", "type"
+    return str(e["msg"]), _VALIDATORS.get(kind, kind)
+
+
+def describe(exc: ValidationError, where: str = "") -> str:
+    """Every error, worded as jsonschema (Placement) words it, then where it is:
+    `'total' is a required property (at inventories.VCPU; Failed validating
+    'required' in schema)`. `where` prefixes the location (a consumer)."""
     parts = []
     for e in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in e["loc"]) or "body"
-        if e["type"] == "extra_forbidden":
-            parts.append(f"{loc}: unknown field (Additional properties are not allowed)")
-        elif e["type"] == "missing":
-            parts.append(f"{loc}: is a required property")
-        else:
-            parts.append(f"{loc}: {e['msg']}")
+        loc = ".".join(str(p) for p in e["loc"])
+        loc = ".".join(p for p in (where, loc) if p) or "body"
+        message, validator = _schema_message(e)
+        parts.append(f"{message} (at {loc}; Failed validating '{validator}' in schema)")
     return "; ".join(parts)

@@ -267,8 +267,8 @@ def test_bad_provider_trait_bodies_are_400_and_change_nothing(client: TestClient
     rp = _provider(client)
     url = f"/resource_providers/{rp}/traits"
     cases: list[tuple[object, str]] = [
-        ({"traits": ["HW_CPU_X86_SSE"]}, "resource_provider_generation: is a required"),
-        ({"resource_provider_generation": 0}, "traits: is a required"),
+        ({"traits": ["HW_CPU_X86_SSE"]}, "'resource_provider_generation' is a required"),
+        ({"resource_provider_generation": 0}, "'traits' is a required"),
         ({"traits": ["HW_CPU_X86_SSE"], "resource_provider_generation": "invalid"},
          "resource_provider_generation"),
         ({"traits": ["HW_CPU_X86_SSE"], "resource_provider_generation": True},

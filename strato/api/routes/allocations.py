@@ -12,12 +12,12 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps, query
-from strato.api.body import read_json, validate
+from strato.api.body import describe, read_json, validate
 from strato.api.microversion import (
     V1_8,
     V1_12,
@@ -135,12 +135,11 @@ class _PostBody(RootModel[dict[Uuid, Any]]):
 def validate_consumer(model: type[PostConsumerV1_13], consumer_uuid: str, data: Any
                       ) -> PostConsumerV1_13:
     try:
-        return validate(model, data)
-    except errors.BadRequest as exc:
+        return model.model_validate(data, strict=True)
+    except ValidationError as exc:
         # Name the consumer the problem is in.
-        raise errors.BadRequest(exc.detail.replace(
-            "JSON does not validate: ", f"JSON does not validate: {consumer_uuid}.", 1)
-        ) from None
+        raise errors.BadRequest("JSON does not validate: " + describe(exc, consumer_uuid)
+                                ) from None
 
 
 # --- From bodies to claims -------------------------------------------------
