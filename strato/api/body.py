@@ -97,12 +97,18 @@ def _schema_message(e: Any) -> tuple[str, str]:
 
 def describe(exc: ValidationError, where: str = "") -> str:
     """Every error, worded as jsonschema (Placement) words it, then where it is:
-    `'total' is a required property (at inventories.VCPU; Failed validating
-    'required' in schema)`. `where` prefixes the location (a consumer)."""
+    `0 is less than the minimum of 1 (at total; Failed validating 'minimum' in
+    schema['properties']['total'])`. `where` prefixes the location (a consumer)."""
     parts = []
     for e in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in e["loc"])
         loc = ".".join(p for p in (where, loc) if p) or "body"
         message, validator = _schema_message(e)
-        parts.append(f"{message} (at {loc}; Failed validating '{validator}' in schema)")
+        # jsonschema names the schema's path: the object's for required and
+        # additional properties, the property's for the rest.
+        path = [p for p in e["loc"] if isinstance(p, str)]
+        if validator in ("required", "additionalProperties"):
+            path = path[:-1]
+        schema = "schema" + "".join(f"['properties']['{p}']" for p in path)
+        parts.append(f"{message} (at {loc}; Failed validating '{validator}' in {schema})")
     return "; ".join(parts)

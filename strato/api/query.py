@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from starlette.requests import Request
 
-from strato.api.microversion import V1_22, V1_32, V1_39, Version
+from strato.api.microversion import V1_22, V1_24, V1_32, V1_39, Version
 from strato.model import errors
 
 
@@ -77,14 +77,15 @@ def parse_resources(value: str, param: str = "resources") -> tuple[tuple[str, in
 def parse_required(values: list[str], version: Version, param: str = "required"
                    ) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
     """(required any-of groups, forbidden traits) from one or more `required` values."""
+    # Placement's example of the form, with a forbidden trait once they exist.
+    form = "HW_CPU_X86_VMX,!CUSTOM_MAGIC" if version >= V1_22 else "HW_CPU_X86_VMX,CUSTOM_MAGIC"
     required: list[tuple[str, ...]] = []
     forbidden: list[str] = []
     for value in values:
         if not value:
             raise errors.BadRequest(
                 f"Invalid query string parameters: Expected '{param}' parameter value of the"
-                " form: HW_CPU_X86_VMX,CUSTOM_MAGIC. Got an empty value.",
-                errors.QUERYPARAM_BAD_VALUE)
+                f" form: {form}. Got an empty value.", errors.QUERYPARAM_BAD_VALUE)
         if value.startswith("in:"):
             if version < V1_39:
                 raise errors.BadRequest(
@@ -101,8 +102,7 @@ def parse_required(values: list[str], version: Version, param: str = "required"
             if not name:
                 raise errors.BadRequest(
                     f"Invalid query string parameters: Expected '{param}' parameter value of"
-                    f" the form: HW_CPU_X86_VMX,CUSTOM_MAGIC. Got: {value}",
-                    errors.QUERYPARAM_BAD_VALUE)
+                    f" the form: {form}. Got: {value}", errors.QUERYPARAM_BAD_VALUE)
             if name.startswith("!"):
                 if version < V1_22:
                     raise errors.BadRequest(
@@ -123,6 +123,9 @@ def parse_required(values: list[str], version: Version, param: str = "required"
 def parse_member_of(values: list[str], version: Version, param: str = "member_of"
                     ) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
     """(required any-of aggregate groups, forbidden aggregates)."""
+    if version < V1_24 and len(values) > 1:
+        raise errors.BadRequest(f"Multiple {param} parameters are not supported in the "
+                                "specified microversion", errors.QUERYPARAM_BAD_VALUE)
     required: list[tuple[str, ...]] = []
     forbidden: list[str] = []
     for value in values:
@@ -130,8 +133,10 @@ def parse_member_of(values: list[str], version: Version, param: str = "member_of
         if negative:
             if version < V1_32:
                 raise errors.BadRequest(
-                    f"Invalid query string parameters: Expected '{param}' parameter to "
-                    f"contain valid UUID(s). Got: {value}", errors.QUERYPARAM_BAD_VALUE)
+                    f"Forbidden {param} parameters are not supported in the specified "
+                    f"microversion. Invalid query string parameters: Expected '{param}' "
+                    f"parameter to contain valid UUID(s). Got: {value}",
+                    errors.QUERYPARAM_BAD_VALUE)
             value = value[1:]
             if value.startswith("!"):
                 raise errors.BadRequest(

@@ -73,13 +73,14 @@ def inventory_problem(invent: Inventory, *, reserved_may_equal_total: bool = Tru
 
 
 def check_inventory(provider_uuid: str, invent: Inventory, *,
-                    reserved_may_equal_total: bool = True) -> None:
-    """400 naming the class, the provider and the offending field."""
+                    reserved_may_equal_total: bool = True, action: str = "update") -> None:
+    """400 naming the class, the provider and the offending field (in
+    Placement's words: `action` is create for a POST, else update)."""
     problem = inventory_problem(invent, reserved_may_equal_total=reserved_may_equal_total)
     if problem:
         raise errors.BadRequest(
-            f"Bad inventory {invent.resource_class} for resource provider {provider_uuid}: "
-            f"{problem}")
+            f"Unable to {action} inventory for resource provider {provider_uuid}: "
+            f"Bad inventory {invent.resource_class}: {problem}")
 
 
 # --- reads -----------------------------------------------------------------
@@ -133,8 +134,7 @@ def get_inventory(conn: Connection, provider: Provider, resource_class: str
 
 
 def _no_inventory(provider: Provider, resource_class: str) -> errors.NotFound:
-    return errors.NotFound(
-        f"No inventory of class {resource_class} for resource provider {provider.uuid}")
+    return errors.NotFound(f"No inventory of class {resource_class} for {provider.uuid}")
 
 
 # --- writes ----------------------------------------------------------------
@@ -155,8 +155,12 @@ def _finish(conn: Connection, provider: Provider) -> int:
 def _class_ids(conn: Connection, names: list[str]) -> dict[str, int]:
     bad = sorted(n for n in names if not _RC_NAME.fullmatch(n))
     if bad:
-        raise errors.BadRequest(f"Unknown resource class: {', '.join(map(repr, bad))}")
-    return ids_by_name(conn, names, share_lock=True) if names else {}
+        raise errors.BadRequest("Unknown resource class in inventory: "
+                                f"{', '.join(map(repr, bad))}")
+    try:
+        return ids_by_name(conn, names, share_lock=True) if names else {}
+    except errors.BadRequest as exc:
+        raise errors.BadRequest(f"Unknown resource class in inventory: {exc.detail}") from None
 
 
 def _refuse_in_use(conn: Connection, provider: Provider, rc_ids: Mapping[int, str]) -> None:
@@ -233,7 +237,7 @@ def add_inventory(conn: Connection, provider: Provider, invent: Inventory) -> in
     already has inventory of it (as Placement answers a duplicate).
     """
     current = _locked(conn, provider)
-    check_inventory(current.uuid, invent)
+    check_inventory(current.uuid, invent, action="create")
     rc_id = _class_ids(conn, [invent.resource_class])[invent.resource_class]
     if _rows(conn, current.id, rc_id=rc_id):
         raise errors.ConcurrentUpdate(
@@ -287,7 +291,7 @@ def delete_inventory(conn: Connection, provider: Provider, resource_class: str) 
     res = conn.execute(sa.delete(inv).where(inv.c.resource_provider_id == current.id,
                                             inv.c.resource_class_id == rc_id))
     if res.rowcount == 0:
-        raise _no_inventory(current, resource_class)
+        raise errors.NotFound(f"No inventory of class {resource_class} found for delete")
     return _finish(conn, current)
 
 

@@ -229,7 +229,10 @@ def update_provider(
 
 
 def delete_provider(conn: Connection, uuid: str) -> None:
-    p = get_provider(conn, uuid)
+    p = get_provider_or_none(conn, uuid)
+    if p is None:
+        raise errors.NotFound(f"No resource provider with uuid {uuid} found for delete",
+                              errors.RESOURCE_PROVIDER_NOT_FOUND)
     if conn.execute(sa.select(allocations.c.id)
                     .where(allocations.c.resource_provider_id == p.id).limit(1)).first():
         raise errors.Conflict(

@@ -63,7 +63,7 @@ def ids_by_name(conn: Connection, names: Iterable[str], *, share_lock: bool = Fa
     found = {r[0]: int(r[1]) for r in conn.execute(q).all()}
     missing = sorted(wanted - found.keys())
     if missing:
-        raise errors.BadRequest(f"Unknown resource class: {', '.join(missing)}")
+        raise errors.BadRequest(f"No such resource class {', '.join(missing)}")
     known.update({n: i for n, i in found.items() if i < CUSTOM_RC_MIN_ID})
     return found
 

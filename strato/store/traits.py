@@ -58,7 +58,7 @@ def ids_by_name(conn: Connection, names: Iterable[str]) -> dict[str, int]:
         sa.select(traits.c.name, traits.c.id).where(traits.c.name.in_(wanted)))}
     missing = sorted(wanted - found.keys())
     if missing:
-        raise errors.BadRequest(f"No such trait(s): {', '.join(missing)}")
+        raise errors.BadRequest(f"No such trait(s): {', '.join(missing)}.")
     return found
 
 
@@ -165,7 +165,7 @@ def _locked_traits(conn: Connection, names: Sequence[str]) -> list[Trait]:
     found = [_row(r) for r in conn.execute(q)]
     missing = sorted(set(wanted) - {t.name for t in found})
     if missing:
-        raise errors.BadRequest(f"No such trait(s): {', '.join(missing)}")
+        raise errors.BadRequest(f"No such trait(s): {', '.join(missing)}.")
     return sorted(found, key=lambda t: t.name)
 
 

@@ -30,7 +30,6 @@ from strato.api.microversion import (
     V1_16,
     V1_17,
     V1_21,
-    V1_24,
     V1_25,
     V1_27,
     V1_29,
@@ -220,9 +219,6 @@ def _parse_group(suffix: str, raw: _RawGroup, v: Version) -> RequestGroup:
     # Repeating `required` (AND) arrived with 1.39; before, the last one counts.
     req_values = raw.required if v >= V1_39 else raw.required[-1:]
     required, forbidden = query.parse_required(req_values, v, f"required{suffix}")
-    if v < V1_24 and len(raw.member_of) > 1:
-        raise errors.BadRequest(f"Multiple member_of{suffix} parameters are not supported",
-                                errors.QUERYPARAM_BAD_VALUE)
     member_of, forbidden_aggs = query.parse_member_of(raw.member_of, v, f"member_of{suffix}")
     in_tree = raw.in_tree[-1] if raw.in_tree else None
     if in_tree is not None:

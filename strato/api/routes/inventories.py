@@ -88,8 +88,10 @@ def _headers(request: Request, last_modified: datetime | None) -> dict[str, str]
 def _check(request: Request, provider: providers.Provider, invs: list[Inventory]) -> None:
     """Field rules that depend on the microversion (reserved == total from 1.26)."""
     may_equal = version(request) >= V1_26
+    action = "create" if request.method == "POST" else "update"
     for inv in invs:
-        store.check_inventory(provider.uuid, inv, reserved_may_equal_total=may_equal)
+        store.check_inventory(provider.uuid, inv, reserved_may_equal_total=may_equal,
+                              action=action)
 
 
 def provider_or_404(conn: Connection, uuid: str) -> providers.Provider:
