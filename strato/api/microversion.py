@@ -112,7 +112,7 @@ def parse(headers: dict[str, str]) -> Version:
         want = Version(int(major_s), int(minor_s))
     except ValueError:
         raise errors.BadRequest(
-            f"invalid version string: {value!r} (expected 'placement 1.N' or 'latest')"
+            f"invalid version string: {value} (expected 'placement 1.N' or 'latest')"
         ) from None
     if not MIN_VERSION <= want <= MAX_VERSION:
         raise errors.NotAcceptable(

@@ -22,7 +22,6 @@ from strato.api.microversion import (
     V1_15,
     V1_18,
     V1_20,
-    V1_24,
     V1_37,
     Version,
     version,
@@ -167,8 +166,6 @@ def list_resource_providers(request: Request) -> Response:
         raise errors.BadRequest(
             f"Invalid query string parameters: 'in_tree' is not a valid UUID: {in_tree!r}")
     member_values = request.query_params.getlist("member_of")
-    if v < V1_24 and len(member_values) > 1:
-        member_values = member_values[-1:]
     member_of, not_member_of = query.parse_member_of(member_values, v)
     required_values = request.query_params.getlist("required")[-1:]
     required, forbidden = query.parse_required(required_values, v)

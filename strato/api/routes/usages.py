@@ -50,9 +50,12 @@ def _id_param(request: Request, name: str, *, required: bool) -> str | None:
                 f"Invalid query string parameters: '{name}' is a required property")
         return None
     if not 1 <= len(value) <= _MAX_ID:
+        # Placement's words (jsonschema's), then the limit.
+        word, validator = ("too short", "minLength") if not value else ("too long", "maxLength")
         raise errors.BadRequest(
-            f"Invalid query string parameters: '{name}' must be 1 to {_MAX_ID} characters "
-            f"long, got {len(value)}")
+            f"Invalid query string parameters: {value!r} is {word} (Failed validating "
+            f"'{validator}' in schema['properties']['{name}']): '{name}' must be 1 to "
+            f"{_MAX_ID} characters long, got {len(value)}")
     return value
 
 
