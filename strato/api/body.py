@@ -86,12 +86,21 @@ def _schema_message(e: Any) -> tuple[str, str]:
             return f"{value!r} has too many properties", "maxProperties"
         return f"{value!r} is too long", "maxItems"
     if kind == "string_pattern_mismatch":
-        return f"{value!r} does not match {ctx.get('pattern')!r}", "pattern"
+        pattern = str(ctx.get("pattern"))
+        if loc and loc[-1] == "[key]":  # a key of an object: patternProperties
+            return (f"{value!r} does not match any of the regexes: {pattern!r}",
+                    "additionalProperties")
+        if "{8}-?" in pattern:  # the uuid pattern: a format in Placement's schemas
+            return f"{value!r} is not a 'uuid'", "format"
+        return f"{value!r} does not match {pattern!r}", "pattern"
     if kind in ("uuid_parsing", "uuid_type"):
         return f"{value!r} is not a 'uuid'", "format"
     base = kind.split("_")[0]
     if kind.endswith(("_type", "_parsing")) and base in _JSON_TYPES:
         return f"{value!r} is not of type '{_JSON_TYPES[base]}'", "type"
+    if kind == "value_error":  # our own validators word it; drop pydantic's prefix
+        message = str(e["msg"]).removeprefix("Value error, ")
+        return message, "format" if message.endswith("is not a 'uuid'") else "value"
     return str(e["msg"]), _VALIDATORS.get(kind, kind)
 
 

@@ -93,7 +93,11 @@ def claim(conn: Connection, claims: Sequence[ConsumerClaim]) -> ClaimResult:
     if len(set(consumer_uuids)) != len(consumer_uuids):
         raise errors.BadRequest("a consumer appears more than once in one write")
     rc_names = {rc for c in claims for per_rp in c.allocations.values() for rc in per_rp}
-    rc_ids = ids_by_name(conn, rc_names)
+    try:
+        rc_ids = ids_by_name(conn, rc_names)
+    except errors.BadRequest as exc:
+        raise errors.BadRequest(f"Unable to allocate inventory for consumer "
+                                f"{', '.join(consumer_uuids)}: {exc.detail}") from None
     raw = Raw(conn)
     try:
         return _claim(conn, raw, claims, consumer_uuids, rc_ids)

@@ -30,7 +30,7 @@ _UUID_RE = re.compile(UUID_PATTERN)
 def _uuid(value: str) -> str:
     # Stored as given (Placement does not normalise them); the column holds 36 chars.
     if not _UUID_RE.fullmatch(value):
-        raise ValueError(f"{value!r} is not a valid uuid")
+        raise ValueError(f"{value!r} is not a 'uuid'")
     return value
 
 
