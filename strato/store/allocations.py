@@ -83,8 +83,7 @@ def claim(conn: Connection, claims: Sequence[ConsumerClaim]) -> ClaimResult:
     ((total - reserved) * allocation_ratio) against everyone else's usage.
     Every provider the new allocations use gets its generation bumped (as in
     Placement: not those that only lose allocations, unless `bump_emptied`).
-    Any failure
-    raises a StratoError; the caller's transaction then rolls back.
+    Any failure raises a StratoError; the caller's transaction then rolls back.
 
     The statements run on the DBAPI cursor (`strato.store.raw`): this is the
     hottest write path, and SQLAlchemy's per-statement work was most of it.
