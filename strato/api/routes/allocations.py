@@ -7,12 +7,21 @@ allocations. The body schemas change with the microversion; the table
 
 from __future__ import annotations
 
+import re
 import uuid as uuidlib
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    StringConstraints,
+    ValidationError,
+)
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -42,12 +51,36 @@ NAME_PATTERN = r"^[A-Z0-9_]+$"
 UUID_PATTERN = (r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                 r"[0-9a-fA-F]{12}$")
 GROUP_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+# Placement's mappings schema names its group pattern in `patternProperties`
+# unanchored and allows other keys: a key containing one such character must
+# map to uuids; any other key (the unnamed group's "") is not constrained.
+_MAPPED_KEY = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 Uuid = Annotated[str, StringConstraints(pattern=UUID_PATTERN)]
 ClassName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 Amount = Annotated[int, Field(ge=1)]
 ExternalId = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 Resources = Annotated[dict[ClassName, Amount], Field(min_length=1)]
+
+
+_UUID = re.compile(UUID_PATTERN)
+
+
+def _check_mappings(value: dict[str, Any]) -> dict[str, Any]:
+    """Placement's mappings schema, in jsonschema's words."""
+    for key, uuids in value.items():
+        if not _MAPPED_KEY.search(key):
+            continue
+        if not isinstance(uuids, list):
+            raise ValueError(f"{uuids!r} is not of type 'array' (mappings {key!r})")
+        if not uuids:
+            raise ValueError(f"[] is too short (mappings {key!r})")
+        for item in uuids:
+            if not isinstance(item, str):
+                raise ValueError(f"{item!r} is not of type 'string' (mappings {key!r})")
+            if not _UUID.match(item):
+                raise ValueError(f"{item!r} is not a 'uuid'")
+    return value
 
 
 class StrictModel(BaseModel):
@@ -100,8 +133,9 @@ class PutV1_28(PostConsumerV1_13):
 
 class PutV1_34(PutV1_28):
     # Which provider satisfied which request group; accepted, not stored.
-    mappings: dict[Annotated[str, StringConstraints(pattern=GROUP_PATTERN)],
-                   Annotated[list[Uuid], Field(min_length=1)]] = Field(default_factory=dict)
+    # Nova echoes the candidate's mappings, the unnamed group under "".
+    mappings: Annotated[dict[str, Any], Field(min_length=1),
+                        AfterValidator(_check_mappings)] = Field(default_factory=dict)
 
 
 class PutV1_38(PutV1_34):
