@@ -39,6 +39,8 @@ class Settings:
     # take to answer before it is skipped and marked unhealthy.
     summary_interval: float = 5.0
     child_timeout: float = 5.0
+    # A schedule request's whole budget at the zone a client asked.
+    request_timeout: float = 30.0
     # A cross-zone placement's held parts are released after this many seconds
     # unless confirmed.
     hold_ttl: float = 30.0

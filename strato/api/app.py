@@ -23,14 +23,14 @@ import strato
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
 from strato.api.fast import FastSchedule
 from strato.api.middleware import StratoMiddleware, accepts_json
-from strato.api.responses import REQUEST_ID_KEY, error_response
+from strato.api.responses import REQUEST_ID_KEY, error_response, strato_error_response
 from strato.api.routes import ROUTERS
 from strato.config import Settings
 from strato.engine.service import Engine, EngineConfig
 from strato.model import errors
 from strato.store.db import Database
 from strato.store.migrate import upgrade
-from strato.zone import shared
+from strato.store.zone_meta import identity as zone_identity
 from strato.zone.registration import register_with_parent
 from strato.zone.scheduler import LocalScheduler
 from strato.zone.transport import HttpTransport, Transport
@@ -66,6 +66,11 @@ async def _json_accepted(request: Request) -> None:
         raise errors.NotAcceptable("Only application/json is provided")
 
 
+def _identity(db: Database) -> str:
+    with db.write() as conn:
+        return zone_identity(conn)
+
+
 def _telemetry_off() -> dict[str, Any]:
     """FastAPI's own OpenTelemetry, unless the environment configures OpenTelemetry
     (an OTEL_* variable, or FASTAPI_OTEL_AUTO_CONFIGURE): otherwise it only asks
@@ -92,9 +97,11 @@ def create_app(settings: Settings, *, db: Database | None = None,
         # Load the index now, not on the first request.
         await run_in_threadpool(engine.refresh)
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(tree.run_refresher()),
-                                          asyncio.create_task(shared.run_recovery(tree))]
+                                          asyncio.create_task(tree.run_recovery())]
         if settings.parent_url:
-            tasks.append(asyncio.create_task(register_with_parent(settings, zone_transport)))
+            identity = await run_in_threadpool(_identity, database)
+            tasks.append(asyncio.create_task(
+                register_with_parent(settings, zone_transport, identity=identity)))
         yield
         for t in tasks:
             t.cancel()
@@ -126,6 +133,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
                                       tags=tuple(settings.zone_tags),
                                       summary_interval=settings.summary_interval,
                                       child_timeout=settings.child_timeout,
+                                      request_timeout=settings.request_timeout,
                                       hold_ttl=settings.hold_ttl,
                                       request_retention=settings.request_retention,
                                       schedule_concurrency=settings.schedule_concurrency))
@@ -133,7 +141,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
 
     @app.exception_handler(errors.StratoError)
     async def _strato_error(request: Request, exc: errors.StratoError) -> Response:
-        return error_response(exc.status, exc.title, exc.detail, exc.code, _rid(request))
+        return strato_error_response(exc, _rid(request))
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:

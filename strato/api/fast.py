@@ -19,15 +19,13 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strato.api.auth import CONTEXT_KEY, Context
-from strato.api.responses import REQUEST_ID_KEY, error_body, error_response, json_response
-from strato.api.routes.schedule import MAX_HOPS
+from strato.api.responses import REQUEST_ID_KEY, error_response
+from strato.api.routes.schedule import MAX_HOPS, schedule_response
 from strato.model import errors
 from strato.model.schedule import ScheduleRequest
-from strato.zone.scheduler import NoValidPlacement
 
 log = logging.getLogger("strato.api")
 PATH = "/strato/v1/schedule"
@@ -63,15 +61,8 @@ class FastSchedule:
             return
         rid = scope.get(REQUEST_ID_KEY)
         try:
-            answer = await self.state.tree.schedule(req)
-            response = json_response(answer)
-        except NoValidPlacement as exc:
-            await run_in_threadpool(self.state.scheduler.record_failure, req, exc)
-            err = error_body(409, "Conflict", exc.detail, exc.code, rid)
-            err["explain"] = exc.explain
-            response = json_response(err, 409)
-        except errors.StratoError as exc:
-            response = error_response(exc.status, exc.title, exc.detail, exc.code, rid)
+            response = await schedule_response(self.state.tree, req,
+                                               rid if isinstance(rid, str) else None)
         except DataError as exc:
             response = error_response(400, "Bad Request",
                                       f"invalid value in request: {type(exc.orig).__name__}",

@@ -9,6 +9,8 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from strato.model import errors
+
 REQUEST_ID_KEY = "strato.request_id"
 
 
@@ -33,6 +35,19 @@ def error_body(status: int, title: str, detail: str, code: str, request_id: str 
 def error_response(status: int, title: str, detail: str, code: str, request_id: str | None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
     return json_response(error_body(status, title, detail, code, request_id), status, headers)
+
+
+def strato_error_response(exc: errors.StratoError, request_id: str | None) -> JSONResponse:
+    """A StratoError as Placement's error body; a 503 says when to retry, and a
+    schedule error carries its explanation beside `errors`."""
+    body = error_body(exc.status, exc.title, exc.detail, exc.code, request_id)
+    explain = getattr(exc, "explain", None)
+    if explain is not None:
+        body["explain"] = explain
+    headers = None
+    if isinstance(exc, errors.ServiceUnavailable):
+        headers = {"retry-after": str(max(1, round(exc.retry_after)))}
+    return json_response(body, exc.status, headers)
 
 
 def http_date(when: datetime | None) -> str:

@@ -81,8 +81,14 @@ def serve(
                                   "has (repeatable), e.g. --tag hipaa."),
     summary_interval: float = typer.Option(5.0, help="Seconds between refreshes of the "
                                            "children's summaries."),
-    child_timeout: float = typer.Option(5.0, help="Seconds a child zone may take to answer "
-                                        "before it is skipped and marked unhealthy."),
+    child_timeout: float = typer.Option(5.0, help="Most seconds one call to a child zone "
+                                        "may take (less when the request has less left) "
+                                        "before the child is skipped and probed."),
+    request_timeout: float = typer.Option(30.0, min=0.1, help="A schedule request's whole "
+                                          "budget at the zone a client asked (its deadline "
+                                          "unless the client sets an earlier one)."),
+    hold_ttl: float = typer.Option(30.0, min=0.5, help="Seconds a held part of a cross-zone "
+                                   "placement lives unless confirmed."),
     schedule_concurrency: int = typer.Option(
         1, min=1, max=64, envvar="STRATO_SCHEDULE_CONCURRENCY",
         help="Schedule requests planned at once on this zone's own providers, per "
@@ -127,8 +133,8 @@ def serve(
                         advertise_url=advertise_url or f"http://{host}:{port}",
                         location_prefix=location_prefix, zone_tags=tuple(tag),
                         zone_credential=auth_token, summary_interval=summary_interval,
-                        child_timeout=child_timeout,
-                        schedule_concurrency=schedule_concurrency)
+                        child_timeout=child_timeout, request_timeout=request_timeout,
+                        hold_ttl=hold_ttl, schedule_concurrency=schedule_concurrency)
     # Migrate once, before workers start, so they do not race on it.
     from strato.store.migrate import upgrade
     database = Database(url)

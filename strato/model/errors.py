@@ -18,6 +18,13 @@ RESOURCE_PROVIDER_NOT_FOUND = "placement.resource_provider.not_found"
 # not confirm; recovery completes or undoes it. Not "nothing claimed": a client
 # must not resend the same consumers, but read their allocations later.
 OUTCOME_PENDING = "strato.outcome_pending"
+# Strato: part of the zone tree could not be asked and nothing else fits. Not
+# an answer: nothing was claimed or kept, retry (after Retry-After).
+ZONE_UNAVAILABLE = "strato.zone_unavailable"
+# Strato: a request with this request_id is still being worked on; retry.
+REQUEST_IN_PROGRESS = "strato.request_in_progress"
+# Strato: the request id was cancelled (a parent zone lost its answer).
+REQUEST_CANCELLED = "strato.request_cancelled"
 ILLEGAL_DUPLICATE_QUERYPARAM = "placement.query.duplicate_key"
 QUERYPARAM_BAD_VALUE = "placement.query.bad_value"
 QUERYPARAM_MISSING_VALUE = "placement.query.missing_value"
@@ -68,6 +75,20 @@ class Conflict(StratoError):
 class PayloadTooLarge(StratoError):
     status = 413
     title = "Request Entity Too Large"
+
+
+class ServiceUnavailable(StratoError):
+    """Part of the zone tree did not answer, or the request's time ran out:
+    nothing was claimed or kept; the client retries after `retry_after`."""
+
+    status = 503
+    title = "Service Unavailable"
+
+    def __init__(self, detail: str, code: str = ZONE_UNAVAILABLE, *,
+                 retry_after: float = 1.0, explain: dict[str, object] | None = None) -> None:
+        super().__init__(detail, code)
+        self.retry_after = retry_after
+        self.explain = explain
 
 
 class UnsupportedMediaType(StratoError):

@@ -162,6 +162,11 @@ class ScheduleRequest(_Strict):
         "once a plan scores at least this much.")
     hops: int = Field(default=0, ge=0, le=32, description="Set by parent zones: how many "
                       "zones this request has crossed (loop guard).")
+    deadline: float | None = Field(
+        default=None, gt=0, le=2**40, description="Unix time after which the caller no "
+        "longer waits: a zone gives its children less, never acts on a request past it, "
+        "and undoes what it claimed for one that runs out (503 `strato.zone_unavailable`). "
+        "Set by parent zones; a client may set it too.")
     hold_ttl: float | None = Field(
         default=None, gt=0, le=3600, description="Set by parent zones for a placement "
         "that spans zones: claim provisionally, released after this many seconds unless "

@@ -49,16 +49,12 @@ from strato.sim.scenario import Scenario
 from strato.sim.target import Outcome, Placed, reason_from_explain
 from strato.sim.tree import zone_prefix
 from strato.sim.workload import SimRequest
+from strato.zone.attempt import Outcome as ZoneOutcome
+from strato.zone.attempt import Result
 from strato.zone.failures import FailureMemory, Refusal, Shape, shape_of
+from strato.zone.prune import predicted_fit, prefix_compatible, prune_reason
 from strato.zone.scheduler import NoValidPlacement, Plan, Planner, option_allocations
-from strato.zone.tree import (
-    LOCAL,
-    REFUSED_BEFORE,
-    predicted_fit,
-    prefix_compatible,
-    prune_reason,
-)
-from strato.zone.tree import Outcome as ZoneOutcome
+from strato.zone.tree import LOCAL, REFUSED_BEFORE
 
 Vector = npt.NDArray[np.int64]
 Matrix = npt.NDArray[np.int64]
@@ -565,7 +561,7 @@ class MemoryRouter(_Node):
             freed = e.freed()
             refused = self.failures.blocks(e.name, d.shape, freed)
             if refused is not None:
-                outcomes.append(ZoneOutcome(e.name, "pruned", f"pruned: {REFUSED_BEFORE} "
+                outcomes.append(ZoneOutcome(e.name, Result.PRUNED, f"pruned: {REFUSED_BEFORE} "
                                             f"({refused.reason})", refused.explain))
                 if isinstance(e, MemoryZone):
                     looked.append(e)
@@ -575,14 +571,14 @@ class MemoryRouter(_Node):
                     return e, e.plan(req, explain=False)
                 except NoValidPlacement as exc:
                     looked.append(e)
-                    out = ZoneOutcome(e.name, "no_valid_placement", exc.detail, None)
+                    out = ZoneOutcome(e.name, Result.NO_VALID_PLACEMENT, exc.detail, None)
             else:
                 assert isinstance(e, MemoryRouter)
                 below: list[ZoneOutcome] = []
                 got = e.schedule(req, d, below, looked, remembered=remembered)
                 if got is not None:
                     return got
-                out = ZoneOutcome(e.name, "no_valid_placement",
+                out = ZoneOutcome(e.name, Result.NO_VALID_PLACEMENT,
                                   "; ".join(o.reason for o in below),
                                   {"zone": e.name, "children": [o.as_dict() for o in below]})
             self.failures.note(e.name, d.shape, freed, Refusal(out.reason, out.explain))
@@ -600,7 +596,7 @@ class MemoryRouter(_Node):
             if e.name in seen:
                 continue
             why = prune_reason(req, e.summary(self.classes), e.prefix, e.zone_tags)
-            outcomes.append(ZoneOutcome(e.name, "pruned", why or "pruned"))
+            outcomes.append(ZoneOutcome(e.name, Result.PRUNED, why or "pruned"))
         return {"zone": self.name, "children": [o.as_dict() for o in outcomes]}
 
     def fits(self, req: ScheduleRequest) -> list[tuple[float, str]]:

@@ -22,16 +22,23 @@ class Child:
     location_prefix: str | None
     tags: tuple[str, ...]
     credential: str | None
+    identity_hash: str | None = None
 
 
 def _child(r: sa.Row[tuple[object, ...]]) -> Child:
     m = r._mapping
     return Child(name=m["name"], url=m["url"], location_prefix=m["location_prefix"],
-                 tags=tuple(json.loads(m["tags"] or "[]")), credential=m["credential"])
+                 tags=tuple(json.loads(m["tags"] or "[]")), credential=m["credential"],
+                 identity_hash=m["identity_hash"])
 
 
 def list_children(conn: Connection) -> list[Child]:
     return [_child(r) for r in conn.execute(sa.select(children).order_by(children.c.name))]
+
+
+def find_child(conn: Connection, name: str) -> Child | None:
+    r = conn.execute(sa.select(children).where(children.c.name == name)).first()
+    return None if r is None else _child(r)
 
 
 def get_child(conn: Connection, name: str) -> Child:
@@ -42,14 +49,18 @@ def get_child(conn: Connection, name: str) -> Child:
 
 
 def upsert_child(conn: Connection, name: str, url: str, location_prefix: str | None,
-                 tags: Iterable[str], credential: str | None) -> tuple[Child, bool]:
-    """Create or update a child; returns (child, created)."""
+                 tags: Iterable[str], credential: str | None,
+                 identity_hash: str | None = None) -> tuple[Child, bool]:
+    """Create or update a child; returns (child, created). A known identity is
+    kept when the update brings none."""
     existed = conn.execute(sa.select(children.c.name).where(children.c.name == name)
                            ).first() is not None
     now = utcnow()
     row = {"name": name, "url": url, "location_prefix": location_prefix,
            "tags": json.dumps(sorted(set(tags))), "credential": credential,
            "updated_at": now}
+    if identity_hash is not None:
+        row["identity_hash"] = identity_hash
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     stmt = dialect.insert(children).values(**row, created_at=now)
     conn.execute(stmt.on_conflict_do_update(

@@ -42,15 +42,24 @@ class Pending:
     consumer_uuid: str
     state: str
     remote: list[dict[str, Any]]
+    request_id: str | None = None
 
 
-def hold(conn: Connection, consumers: Iterable[str], ttl: float) -> None:
-    """Mark freshly claimed consumers as held for `ttl` seconds (same transaction)."""
+def hold(conn: Connection, consumers: Iterable[str], ttl: float,
+         request_id: str | None = None) -> None:
+    """Mark freshly claimed consumers as held for `ttl` seconds (same transaction),
+    under the request (as this zone knows it) that made them."""
     now = utcnow()
     expires = now + timedelta(seconds=ttl)
     conn.execute(sa.insert(pc), [
         {"consumer_uuid": c, "state": HELD, "expires_at": expires, "remote": "[]",
-         "created_at": now} for c in consumers])
+         "created_at": now, "request_id": request_id} for c in consumers])
+
+
+def of_request(conn: Connection, request_id: str) -> list[Pending]:
+    """The provisional claims a request made here (held or committing)."""
+    return [Pending(r.consumer_uuid, r.state, json.loads(r.remote or "[]"), r.request_id)
+            for r in conn.execute(sa.select(pc).where(pc.c.request_id == request_id))]
 
 
 def mark_committing(conn: Connection, consumers: Sequence[str],
@@ -109,7 +118,7 @@ def expired_held(conn: Connection) -> list[str]:
 
 
 def committing(conn: Connection) -> list[Pending]:
-    return [Pending(r.consumer_uuid, r.state, json.loads(r.remote or "[]"))
+    return [Pending(r.consumer_uuid, r.state, json.loads(r.remote or "[]"), r.request_id)
             for r in conn.execute(sa.select(pc).where(pc.c.state == COMMITTING))]
 
 

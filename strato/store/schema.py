@@ -205,6 +205,34 @@ schedule_requests = sa.Table(
     sa.Column("status", sa.Integer, nullable=False),
     sa.Column("response", sa.Text, nullable=False),
     sa.Column("created_at", sa.DateTime, nullable=True, index=True),
+    # Unix time after which the request's caller no longer waits for it.
+    sa.Column("deadline", sa.Float, nullable=True),
+)
+
+# Strato: every part a request created in other zones or here (a child's
+# schedule or claim, a pool hold, this zone's own placement), recorded under
+# the request's id before the part is asked for, so that one cancel undoes
+# all of them.
+request_parts = sa.Table(
+    "strato_request_parts",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("request_id", sa.String(255), nullable=False),
+    # A child zone's name; "" for this zone's own providers.
+    sa.Column("child", sa.String(255), nullable=False),
+    # The id the part is known by where it lives.
+    sa.Column("part_id", sa.String(255), nullable=False),
+    sa.Column("consumers", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime, nullable=True),
+    sa.UniqueConstraint("request_id", "child", "part_id", name="uq_strato_request_parts"),
+)
+
+# Strato: facts about this zone itself (its identity towards its parent).
+zone_meta = sa.Table(
+    "strato_zone_meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
 )
 
 # Strato: this zone's direct children in the zone tree. A parent stores only
@@ -221,6 +249,9 @@ children = sa.Table(
     sa.Column("credential", sa.String(1024), nullable=True),
     sa.Column("created_at", sa.DateTime, nullable=True),
     sa.Column("updated_at", sa.DateTime, nullable=True),
+    # sha256 of the secret identity the child registered with: only that
+    # zone may re-register the name while it is alive.
+    sa.Column("identity_hash", sa.String(64), nullable=True),
 )
 
 # Strato: provisional claims of a cross-zone placement. A held claim expires
@@ -254,4 +285,6 @@ provisional_claims = sa.Table(
     # JSON: [{"zone": name, "consumers": [...]}] parts held in other zones.
     sa.Column("remote", sa.Text, nullable=False, default="[]"),
     sa.Column("created_at", sa.DateTime, nullable=True),
+    # The request (as this zone knows it) that made the claim.
+    sa.Column("request_id", sa.String(255), nullable=True, index=True),
 )

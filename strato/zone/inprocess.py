@@ -92,11 +92,18 @@ class InProcessTree:
         self.transport.down.discard(self.url(name))
         self.transport.lose_answers = {k for k in self.transport.lose_answers
                                        if k.split()[0] != self.url(name)}
+        self.transport.delays = {k: v for k, v in self.transport.delays.items()
+                                 if k.split()[0] != self.url(name)}
 
     def lose_answers(self, name: str, path: str | None = None) -> None:
         """Calls to the zone (or to one of its routes) run, but their answers are
         lost: a request in doubt, as when a process dies after its commit."""
         self.transport.lose_answers.add(self.url(name) + (f" {path}" if path else ""))
+
+    def delay(self, name: str, seconds: float, path: str | None = None) -> None:
+        """Calls to the zone (or one of its routes) reach it `seconds` late: a
+        paused or cut-off zone that resumes; its caller may have given up."""
+        self.transport.delays[self.url(name) + (f" {path}" if path else "")] = seconds
 
     def zone_tree(self, name: str) -> ZoneTree:
         tree: ZoneTree = self.apps[name].state.tree

@@ -13,16 +13,20 @@ log = logging.getLogger("strato.zone")
 
 
 async def register_with_parent(settings: Settings, transport: Transport, *,
-                               max_delay: float = 30.0) -> bool:
+                               identity: str | None = None, max_delay: float = 30.0) -> bool:
     """POST this zone to {parent}/strato/v1/children until accepted.
 
     Returns False (and stops) if the parent refuses for good (4xx): a parent
-    may refuse a child it does not trust.
+    may refuse a child it does not trust, or whose name another live zone has.
     """
     assert settings.parent_url is not None
     body = {"name": settings.zone_name, "url": settings.advertise_url,
             "location_prefix": settings.location_prefix, "tags": list(settings.zone_tags),
             "credential": settings.zone_credential or settings.auth_token or "admin"}
+    if identity is not None:
+        # Proves to the parent that this is the zone that registered the name
+        # before (a restart, a new address); another zone cannot take it over.
+        body["identity"] = identity
     delay = 0.2
     while True:
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,7 @@ from strato.engine.weighers import Scorer, WeigherConfig
 from strato.model import errors
 from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec, TagsRule
 from strato.store import groups as group_store
-from strato.store import provisional, schedule_requests
+from strato.store import ledger, provisional
 from strato.store.allocations import ConsumerClaim, claim
 from strato.zone.summary import own_summary
 
@@ -48,6 +49,8 @@ MIN_CANDIDATES = 64
 
 class NoValidPlacement(errors.Conflict):
     """Nothing fits; carries the explanation for the answer body."""
+
+    CODE = NO_VALID_PLACEMENT
 
     def __init__(self, detail: str, explain: dict[str, Any]) -> None:
         super().__init__(detail, NO_VALID_PLACEMENT)
@@ -262,9 +265,10 @@ class LocalScheduler:
         planning (None: plan). A parent zone never repeats itself: its ids are
         checked by the claim (reserve) alone."""
         self._validate(req)
+        _check_deadline(req)
         if req.request_id is not None and req.hops == 0:
             with self.db.read() as conn:
-                found = schedule_requests.get_answer(conn, req.request_id)
+                found = ledger.get_answer(conn, req.request_id)
             if found is not None:
                 return self._replay(found)
         return None
@@ -310,15 +314,16 @@ class LocalScheduler:
             return [(index.uuids[p], tuple(sorted(index.aggregates[p]))) for p in rows]
 
     def hold_shared(self, consumers: list[str], provider: str, classes: dict[str, int],
-                    req: ScheduleRequest, ttl: float) -> None:
-        """Claim `classes` on a sharing provider for every consumer, provisionally."""
+                    req: ScheduleRequest, ttl: float, request_id: str) -> None:
+        """Claim `classes` on a sharing provider for every consumer, provisionally,
+        under `request_id` (as this zone's ledger knows the request)."""
         claims = [ConsumerClaim(consumer_uuid=c, allocations={provider: dict(classes)},
                                 project_id=req.project_id, user_id=req.user_id,
                                 consumer_type=req.consumer_type, generation=None)
                   for c in consumers]
         with self.db.write() as conn:
             claim(conn, claims)
-            provisional.hold(conn, consumers, ttl)
+            provisional.hold(conn, consumers, ttl, request_id)
 
     def has_providers(self) -> bool:
         with self.engine.fresh() as index:
@@ -398,10 +403,10 @@ class LocalScheduler:
         if replay is None:
             assert req.request_id is not None
             with self.db.read() as conn:
-                found = schedule_requests.get_answer(conn, req.request_id)
+                found = ledger.get_answer(conn, req.request_id)
             if found is None:
                 raise errors.Conflict("request_id is being processed by another request; "
-                                      "retry", errors.CONCURRENT_UPDATE)
+                                      "retry", errors.REQUEST_IN_PROGRESS)
             return self._replay(found)
         return answer
 
@@ -420,7 +425,10 @@ class LocalScheduler:
         committed: list[int] = []
 
         def job(conn: Connection) -> dict[str, Any] | None:
-            if req.request_id is not None and not schedule_requests.reserve(
+            # A zone that was paused (or slow) never acts on a request its
+            # caller has given up on: past the deadline, nothing is written.
+            _check_deadline(req)
+            if req.request_id is not None and not ledger.reserve(
                     conn, req.request_id):
                 return None  # another request with this id got there first
             try:
@@ -434,11 +442,12 @@ class LocalScheduler:
                 raise _LostRace() from None
             self._recheck_spread(conn, req, plan)
             if req.hold_ttl is not None:
-                provisional.hold(conn, [c.consumer_uuid for c in claims], req.hold_ttl)
+                provisional.hold(conn, [c.consumer_uuid for c in claims], req.hold_ttl,
+                                 req.request_id)
             if req.group:
                 group_store.add_members(conn, req.group, [c.consumer_uuid for c in claims])
             if req.request_id is not None:
-                schedule_requests.finish(conn, req.request_id, 200, answer)
+                ledger.finish(conn, req.request_id, 200, answer)
             committed[:] = [result.change_seq]
             return answer
 
@@ -489,8 +498,11 @@ class LocalScheduler:
             for p in body["placements"]]
         request_id = body.get("request_id")
         with self.db.write() as conn:
-            if request_id is not None and not schedule_requests.reserve(conn, request_id):
-                found = schedule_requests.get_answer(conn, request_id)
+            if body.get("deadline") is not None and time.time() > float(body["deadline"]):
+                raise errors.ServiceUnavailable("the claim's deadline had passed: nothing "
+                                                "was claimed", retry_after=0.0)
+            if request_id is not None and not ledger.reserve(conn, request_id):
+                found = ledger.get_answer(conn, request_id)
                 if found is None or found[0] != 200:
                     raise errors.Conflict(
                         f"request_id {request_id} was cancelled or is in progress",
@@ -499,7 +511,7 @@ class LocalScheduler:
             result = claim(conn, claims)
             if body.get("hold_ttl"):
                 provisional.hold(conn, [c.consumer_uuid for c in claims],
-                                 float(body["hold_ttl"]))
+                                 float(body["hold_ttl"]), request_id)
             if body.get("group"):
                 group_store.add_members(conn, body["group"], [c.consumer_uuid for c in claims])
             answer = {"claimed": [c.consumer_uuid for c in claims],
@@ -507,7 +519,7 @@ class LocalScheduler:
                       "placements": [{"consumer_uuid": c.consumer_uuid, "zone": self.zone}
                                      for c in claims]}
             if request_id is not None:
-                schedule_requests.finish(conn, request_id, 200, answer)
+                ledger.finish(conn, request_id, 200, answer)
         return answer
 
     def cancel_request(self, request_id: str) -> dict[str, Any] | None:
@@ -518,7 +530,7 @@ class LocalScheduler:
         or never arrived): a routing zone forwards the cancel along it.
         """
         with self.db.write() as conn:
-            answer = schedule_requests.cancel(conn, request_id)
+            answer = ledger.cancel(conn, request_id)
             if answer is None:
                 return None
             mine = [str(p["consumer_uuid"]) for p in answer.get("placements", [])
@@ -530,6 +542,9 @@ class LocalScheduler:
 
     def _replay(self, found: tuple[int, dict[str, Any]]) -> dict[str, Any]:
         status, body = found
+        if status == ledger.State.CANCELLED:
+            raise errors.Conflict("request_id was cancelled: whatever it placed was undone",
+                                  errors.REQUEST_CANCELLED)
         if status != 200:
             raise NoValidPlacement(body.get("detail", "no valid placement"),
                                    body.get("explain") or {})
@@ -540,8 +555,8 @@ class LocalScheduler:
         if req.request_id is None or req.dry_run:
             return
         with self.db.write() as conn:
-            if schedule_requests.reserve(conn, req.request_id):
-                schedule_requests.finish(conn, req.request_id, 409,
+            if ledger.reserve(conn, req.request_id):
+                ledger.finish(conn, req.request_id, 409,
                                          {"detail": exc.detail, "explain": exc.explain})
 
     def _answer(self, req: ScheduleRequest, plan: Plan, retries: int) -> dict[str, Any]:
@@ -568,6 +583,13 @@ class LocalScheduler:
 
 
 # -- helpers --------------------------------------------------------------------
+
+def _check_deadline(req: ScheduleRequest) -> None:
+    if req.deadline is not None and time.time() > req.deadline:
+        raise errors.ServiceUnavailable(
+            "the request's deadline passed before it was placed: nothing was claimed",
+            retry_after=0.0)
+
 
 def _lost(retries: int) -> int:
     """One more claim lost to a concurrent writer: the new count, or give up."""

@@ -7,32 +7,64 @@ the rest is scheduled in the children restricted to the pool's aggregates
 (``member_of``), held there too; then the parts are confirmed, this zone's
 decision first (see store/provisional.py for the protocol and why a crash
 at any step leaves neither an orphan nor a double allocation).
+
+The pool hold is recorded in the request ledger as a part (child ``POOL``)
+and its provisional rows carry the request's id; the children's parts are
+recorded by the tree as they are asked. So a cancel of the request finds
+every part, and recovery finishes a decided split only while its request is
+still wanted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
 
 from strato.model import errors
 from strato.model.schedule import RequestGroupSpec, ScheduleRequest
-from strato.store import provisional
-from strato.zone.transport import Unreachable
-
-if TYPE_CHECKING:
-    from strato.zone.tree import Outcome, ZoneTree
+from strato.store import ledger, provisional
+from strato.store.children import Child
+from strato.store.db import Database
+from strato.zone.attempt import Attempt, Outcome, Result
 
 log = logging.getLogger("strato.zone")
-DEFAULT_HOLD_TTL = 30.0
 MAX_POOLS_TRIED = 3
 CONFIRM_ATTEMPTS = 5
+# The ledger's name for a pool hold among a request's parts (no zone can be
+# named so: zone names start with a letter or digit).
+POOL = "~pool"
 
 
-def shared_classes(tree: ZoneTree, req: ScheduleRequest) -> dict[str, int]:
+class Router(Protocol):
+    """What the split needs of the zone tree (zone/tree.py's ZoneTree)."""
+
+    db: Database
+    local: Any
+    config: Any
+
+    @property
+    def cache(self) -> Mapping[str, Any]: ...
+
+    async def children(self) -> list[Child]: ...
+
+    async def child(self, name: str) -> Child | None: ...
+
+    async def decide_children(self, req: ScheduleRequest, attempt: Attempt,
+                              outcomes: list[Outcome]) -> dict[str, Any] | None: ...
+
+    async def call_claim(self, child: Child, route: str, body: dict[str, Any],
+                         consumers: Sequence[str], deadline: float) -> Any: ...
+
+    async def undo(self, request_id: str, *, placed: bool) -> Any: ...
+
+
+def shared_classes(tree: Router, req: ScheduleRequest) -> dict[str, int]:
     """Classes of the (single) request group that only this zone's pools can give."""
     if len(req.groups) != 1:
         return {}
@@ -42,30 +74,32 @@ def shared_classes(tree: ZoneTree, req: ScheduleRequest) -> dict[str, int]:
     return {rc: n for rc, n in req.groups[0].resources.items() if rc not in offered}
 
 
-async def schedule_split(tree: ZoneTree, req: ScheduleRequest,
+async def schedule_split(tree: Router, req: ScheduleRequest, attempt: Attempt,
                          outcomes: list[Outcome]) -> dict[str, Any] | None:
     """Place `req` across a local pool and the children, atomically; None if it
     does not apply or nothing fits."""
-    from strato.zone.tree import Outcome
-
     shared = shared_classes(tree, req)
     if not shared or len(shared) == len(req.groups[0].resources):
         return None
     pools = await run_in_threadpool(tree.local.shared_pools, shared, len(req.consumers))
     if not pools:
-        outcomes.append(Outcome("", "no_valid_placement",
+        outcomes.append(Outcome("", Result.NO_VALID_PLACEMENT,
                                 f"no shared pool here has room for {shared}"))
         return None
     ttl = tree.config.hold_ttl
     consumers = list(req.consumers)
+
+    def record(conn: Any) -> None:
+        ledger.add_part(conn, attempt.request_id, POOL, attempt.request_id, consumers)
+    await asyncio.wrap_future(tree.db.submit(record))
     for provider, aggs in pools[:MAX_POOLS_TRIED]:
         if not aggs:
             continue
         try:
             await run_in_threadpool(tree.local.hold_shared, consumers, provider, shared, req,
-                                    ttl)
+                                    ttl, attempt.request_id)
         except errors.Conflict as exc:
-            outcomes.append(Outcome("", "conflict", f"pool {provider}: {exc.detail}"))
+            outcomes.append(Outcome("", Result.CONFLICT, f"pool {provider}: {exc.detail}"))
             continue
         group = req.groups[0]
         rest = {rc: n for rc, n in group.resources.items() if rc not in shared}
@@ -73,18 +107,18 @@ async def schedule_split(tree: ZoneTree, req: ScheduleRequest,
             "groups": [RequestGroupSpec(resources=rest, required=group.required,
                                         member_of=[*group.member_of, list(aggs)],
                                         in_tree=group.in_tree)],
-            "hold_ttl": ttl, "dry_run": False,
-            # One id per pool tried: a child that lost this part's answer is
-            # told to cancel exactly it (the hold would also expire).
-            "request_id": None if req.request_id is None else f"{req.request_id}~{provider}"})
-        answer = await tree.decide_children(sub, outcomes)
+            "hold_ttl": ttl, "dry_run": False})
+        answer = await tree.decide_children(sub, attempt, outcomes)
         if answer is None:
             await run_in_threadpool(_release_local, tree, consumers)
             continue
         merged = _merge(answer, provider, shared, tree.config.name)
         if await _commit(tree, consumers, answer):
             return merged
-        outcomes.append(Outcome("", "conflict", "a held part expired before it was "
+        # Some parts may have been confirmed before one was found expired:
+        # cancel every part of this request, by part id, confirmed or not.
+        await tree.undo(attempt.request_id, placed=False)
+        outcomes.append(Outcome("", Result.CONFLICT, "a held part expired before it was "
                                 "confirmed; released"))
     return None
 
@@ -101,7 +135,8 @@ def _merge(answer: dict[str, Any], provider: str, shared: dict[str, int], zone: 
     return out
 
 
-def _remote_parts(tree: ZoneTree, answer: dict[str, Any]) -> list[dict[str, Any]]:
+def remote_parts(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The held parts of a split answer, per child: what to confirm or release."""
     by_path: dict[str, list[str]] = defaultdict(list)
     for p in answer.get("placements", []):
         by_path[str(p["zone"])].append(str(p["consumer_uuid"]))
@@ -112,8 +147,8 @@ def _remote_parts(tree: ZoneTree, answer: dict[str, Any]) -> list[dict[str, Any]
     return parts
 
 
-async def _commit(tree: ZoneTree, consumers: list[str], answer: dict[str, Any]) -> bool:
-    parts = _remote_parts(tree, answer)
+async def _commit(tree: Router, consumers: list[str], answer: dict[str, Any]) -> bool:
+    parts = remote_parts(answer)
 
     def decide() -> bool:
         with tree.db.write() as conn:
@@ -126,7 +161,7 @@ async def _commit(tree: ZoneTree, consumers: list[str], answer: dict[str, Any]) 
     return await finish(tree, consumers, parts)
 
 
-async def finish(tree: ZoneTree, consumers: list[str], parts: list[dict[str, Any]]) -> bool:
+async def finish(tree: Router, consumers: list[str], parts: list[dict[str, Any]]) -> bool:
     """Drive a decided placement to its end: confirm every remote part, then ours.
     Returns False (after releasing ours) if a remote part had expired."""
     gone = False
@@ -142,13 +177,11 @@ async def finish(tree: ZoneTree, consumers: list[str], parts: list[dict[str, Any
         else:
             # Unknown outcome: leave the decision for recovery to finish.
             log.warning("confirm of %s pending; recovery will finish it", part)
-            raise errors.Conflict("a zone holding part of this placement did not answer; "
-                                  "the placement will be completed or undone by recovery: "
-                                  "read the consumers' allocations later, do not resend them",
-                                  errors.OUTCOME_PENDING)
+            raise errors.ServiceUnavailable(
+                "a zone holding part of this placement did not answer its confirmation: "
+                "what was held is being undone; nothing stays placed: retry")
     if gone:
-        await asyncio.gather(*(_remote(tree, part, "release") for part in parts))
-        await run_in_threadpool(_release_local, tree, consumers)
+        await undo_parts(tree, consumers, parts)
         return False
 
     def done() -> None:
@@ -158,28 +191,33 @@ async def finish(tree: ZoneTree, consumers: list[str], parts: list[dict[str, Any
     return True
 
 
-async def _remote(tree: ZoneTree, part: dict[str, Any], action: str) -> int:
-    kids = {c.name: c for c in await tree.children()}
-    child = kids.get(part["child"])
+async def undo_parts(tree: Router, consumers: list[str], parts: list[dict[str, Any]]
+                     ) -> None:
+    await asyncio.gather(*(_remote(tree, part, "release") for part in parts))
+    await run_in_threadpool(_release_local, tree, consumers)
+
+
+async def _remote(tree: Router, part: dict[str, Any], action: str) -> int:
+    child = await tree.child(part["child"])
     if child is None:
         return 404
-    try:
-        reply = await tree.transport.call(
-            child.url, "POST", f"/strato/v1/claims/{action}", token=child.credential,
-            json={"path": part["path"], "consumers": part["consumers"]},
-            timeout=tree.config.child_timeout)
-    except Unreachable:
-        return 0
-    return reply.status
+    reply = await tree.call_claim(child, f"/strato/v1/claims/{action}",
+                                  {"path": part["path"], "consumers": part["consumers"]},
+                                  part["consumers"],
+                                  time.time() + tree.config.child_timeout)
+    return 0 if isinstance(reply, Outcome) else int(reply.status)
 
 
-def _release_local(tree: ZoneTree, consumers: list[str]) -> None:
+def _release_local(tree: Router, consumers: list[str]) -> None:
     with tree.db.write() as conn:
         provisional.release(conn, consumers)
 
 
-async def recover(tree: ZoneTree) -> dict[str, int]:
-    """Release expired holds here; finish decided placements (after a crash)."""
+async def recover(tree: Router, decided: Callable[[str | None], Awaitable[bool | None]]
+                  ) -> dict[str, int]:
+    """Release expired holds here; finish decided placements (after a crash)
+    whose request `decided` says is still wanted; undo, by request (every part,
+    confirmed or not), those it says are not."""
     def reap() -> tuple[list[str], list[provisional.Pending]]:
         with tree.db.read() as conn:
             if not provisional.all_pending(conn):
@@ -191,26 +229,27 @@ async def recover(tree: ZoneTree) -> dict[str, int]:
             return expired, provisional.committing(conn)
     expired, pending = await run_in_threadpool(reap)
     by_remote: dict[str, list[str]] = defaultdict(list)
-    parts_of: dict[str, list[dict[str, Any]]] = {}
+    parts_of: dict[str, tuple[str | None, list[dict[str, Any]]]] = {}
     for p in pending:
-        key = repr(p.remote)
+        key = repr((p.request_id, p.remote))
         by_remote[key].append(p.consumer_uuid)
-        parts_of[key] = p.remote
-    finished = 0
+        parts_of[key] = (p.request_id, p.remote)
+    finished = undone = 0
     for key, consumers in by_remote.items():
+        request_id, parts = parts_of[key]
+        verdict = await decided(request_id)
+        if verdict is None:
+            continue  # its request is still at work here
+        if not verdict:
+            if request_id is None:
+                await undo_parts(tree, consumers, parts)
+            else:
+                await tree.undo(request_id, placed=False)
+            undone += len(consumers)
+            continue
         try:
-            if await finish(tree, consumers, parts_of[key]):
+            if await finish(tree, consumers, parts):
                 finished += len(consumers)
-        except errors.Conflict:
+        except errors.StratoError:
             continue  # still unreachable; next round
-    return {"released": len(expired), "finished": finished}
-
-
-async def run_recovery(tree: ZoneTree) -> None:
-    """Background loop (HTTP servers): reap and finish, a few times per hold TTL."""
-    while True:
-        try:
-            await recover(tree)
-        except Exception:
-            log.exception("recovery round failed")
-        await asyncio.sleep(max(0.5, tree.config.hold_ttl / 6))
+    return {"released": len(expired), "finished": finished, "undone": undone}

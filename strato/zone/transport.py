@@ -36,12 +36,16 @@ HEADERS = {"openstack-api-version": "placement 1.39", "x-strato-zone-protocol": 
 class Unreachable(Exception):
     """The zone did not answer (refused, timed out, broke the connection)."""
 
-    def __init__(self, url: str, why: str, *, maybe_delivered: bool = False) -> None:
+    def __init__(self, url: str, why: str, *, maybe_delivered: bool = False,
+                 timed_out: bool = False) -> None:
         super().__init__(f"{url}: {why}")
         self.url = url
         self.why = why
         # True when the zone may have received (and acted on) the request.
         self.maybe_delivered = maybe_delivered
+        # True when the call's deadline passed (rather than a refused or
+        # broken connection).
+        self.timed_out = timed_out
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +96,8 @@ class HttpTransport:
             # Never connected: the zone cannot have seen the request.
             raise Unreachable(url, f"{type(exc).__name__}: {exc}") from None
         except httpx.TimeoutException:
-            raise Unreachable(url, f"timed out after {timeout:g}s",
-                              maybe_delivered=True) from None
+            raise Unreachable(url, f"timed out after {timeout:.3g}s",
+                              maybe_delivered=True, timed_out=True) from None
         except httpx.HTTPError as exc:
             raise Unreachable(url, f"{type(exc).__name__}: {exc}",
                               maybe_delivered=True) from None
@@ -110,8 +114,8 @@ class HttpTransport:
         except wire.NotSent as exc:
             raise Unreachable(url, str(exc)) from None
         except TimeoutError:
-            raise Unreachable(url, f"timed out after {timeout:g}s",
-                              maybe_delivered=True) from None
+            raise Unreachable(url, f"timed out after {timeout:.3g}s",
+                              maybe_delivered=True, timed_out=True) from None
         except wire.Broken as exc:
             raise Unreachable(url, str(exc), maybe_delivered=True) from None
         try:
@@ -132,14 +136,22 @@ class InProcessTransport:
     def __init__(self) -> None:
         self._apps: dict[str, Any] = {}
         self._clients: dict[str, httpx.AsyncClient] = {}
+        self._inflight: set[asyncio.Task[Any]] = set()
         self.down: set[str] = set()
         # Fault injection: calls to these zones ("inproc://x") or to one route of
         # them ("inproc://x /strato/v1/claims") run, then their answer is lost
         # (as when a zone dies between its commit and its reply).
         self.lose_answers: set[str] = set()
+        # Fault injection: calls wait this many seconds before the zone sees
+        # them (a paused or partitioned zone that resumes later). As over a
+        # network, a caller that gives up does not stop the call.
+        self.delays: dict[str, float] = {}
 
     def register(self, url: str, app: Any) -> None:
         self._apps[url.rstrip("/")] = app
+
+    def _matches(self, faults: Any, key: str, path: str) -> bool:
+        return key in faults or f"{key} {path.split('?')[0]}" in faults
 
     async def call(self, url: str, method: str, path: str, *, token: str | None,
                    json: Any = None, timeout: float) -> Reply:
@@ -151,24 +163,40 @@ class InProcessTransport:
             client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self._apps[key]),
                                        base_url="http://zone")
             self._clients[key] = client
+        delay = self.delays.get(f"{key} {path.split('?')[0]}", self.delays.get(key, 0.0))
+
+        async def deliver() -> httpx.Response:
+            if delay:
+                await asyncio.sleep(delay)
+            return await client.request(method, path, headers=_headers(token),
+                                        content=orjson.dumps(json) if json is not None
+                                        else None)
+        task = asyncio.ensure_future(deliver())
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
         try:
             # No sockets in-process: enforce the deadline around the whole call.
-            resp = await asyncio.wait_for(
-                client.request(method, path, headers=_headers(token),
-                               content=orjson.dumps(json) if json is not None else None),
-                timeout)
+            resp = await asyncio.wait_for(asyncio.shield(task), timeout)
         except TimeoutError:
-            raise Unreachable(url, f"timed out after {timeout:g}s",
-                              maybe_delivered=True) from None
+            raise Unreachable(url, f"timed out after {timeout:.3g}s",
+                              maybe_delivered=True, timed_out=True) from None
         except httpx.HTTPError as exc:
             raise Unreachable(url, f"{type(exc).__name__}: {exc}",
                               maybe_delivered=True) from None
-        if key in self.lose_answers or f"{key} {path}" in self.lose_answers:
+        if self._matches(self.lose_answers, key, path):
             raise Unreachable(url, "connection reset after the request was sent",
                               maybe_delivered=True)
         return _decode(resp)
 
+    async def settle(self) -> None:
+        """Wait for calls whose callers gave up (a resumed zone finishing them)."""
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+
     async def aclose(self) -> None:
+        for t in list(self._inflight):
+            t.cancel()
+        await asyncio.gather(*list(self._inflight), return_exceptions=True)
         for c in self._clients.values():
             await c.aclose()
         self._clients.clear()

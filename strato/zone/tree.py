@@ -1,61 +1,67 @@
 """The zone tree: schedule over this zone's own providers and its children.
 
 A zone knows its own providers (through ``LocalScheduler``) and its direct
-children (by URL, with a cached summary each). A schedule request:
+children (by URL, with a cached summary each). A schedule request at a zone
+with children:
 
-1. prunes children whose static metadata (location prefix, tags) or summary
-   (classes, largest free, traits) cannot satisfy it, and unhealthy ones;
-2. orders the rest, and its own providers, by predicted fit;
-3. ``delegate``: hands the whole request to the first; on failure, the next.
-   ``best``: asks all concurrently for a dry-run plan, then claims the best
-   plan at the zone that owns it (``POST /strato/v1/claims`` routed down the
-   zone path), moving to the next plan on conflict;
-4. answers with the zone path of every placement, and explains per child.
+1. is reserved in this zone's request ledger (``store/ledger.py``) before any
+   work: a concurrent duplicate waits for the first and replays its answer,
+   or is told it is still in progress;
+2. gets a deadline (the caller's, or ``request_timeout`` from now); each
+   child is given less than what is left, and a request whose time runs out
+   is abandoned and what it claimed undone;
+3. prunes children whose static metadata or summary cannot satisfy it,
+   orders the rest and its own providers by predicted fit, and asks them
+   (``delegate``: one at a time, best first; ``best``: all for dry-run plans,
+   then claims the best at its owner). Every part it asks for is recorded
+   under the request's id first, so one cancel finds and undoes all of them;
+4. answers with the zone path of every placement; when nothing fits, a
+   definite refusal (409, kept for a retry) only if every zone that might fit
+   answered; otherwise 503 ``strato.zone_unavailable`` (not kept: a retry
+   works afresh).
 
-A child that does not answer in time is marked unhealthy and skipped until
-a probe (with backoff) finds it answering again. Nothing here is the truth
-for any claim: the owning zone's store is.
-
-A claiming request whose answer was lost after it was sent (timeout, broken
-connection) is *in doubt*: the child may have committed it. The zone records
-it (``store.in_doubt``) before going on elsewhere, and asks the child to
-cancel it, by request id, as soon as the child answers again; the child
-undoes the claim or, if the request never arrived, refuses it should it
-arrive late. So a consumer is never left placed in two zones.
+A child that fails is suspect and skipped until a probe (its summary, with
+bounded backoff) finds it answering again; a part whose answer was lost is
+in doubt and cancelled at that child, by part id, as soon as it answers.
+Nothing here is the truth for any claim: the owning zone's store is.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
-import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
+from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
 from strato.model import errors
-from strato.model.location import location_matches, location_pattern
-from strato.model.schedule import LocationRule, ScheduleRequest, TagsRule
+from strato.model.schedule import ScheduleRequest
 from strato.store import children as child_store
-from strato.store import in_doubt, schedule_requests
+from strato.store import in_doubt, ledger, provisional
+from strato.store.allocations import ConsumerClaim, claim
 from strato.store.children import Child
 from strato.store.db import Database
+from strato.store.ledger import State
 from strato.store.util import utcnow
 from strato.zone import shared
 from strato.zone import summary as summaries
+from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_id
 from strato.zone.failures import FailureMemory, Refusal, shape_of
+from strato.zone.prune import predicted_fit, prune_reason, static_reason
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
 from strato.zone.transport import Transport, Unreachable
 
 log = logging.getLogger("strato.zone")
-LOCAL = ""  # the key of this zone's own providers among the options
+T = TypeVar("T")
+LOCAL = ""  # the key of this zone's own providers among the options and parts
 REFUSED_BEFORE = "refused as much before, and nothing was freed there since"
 # Worker threads per planner for schedule calls on this zone's own providers:
 # one plans while the others claim (wait for their commit).
@@ -65,43 +71,17 @@ LOCAL_THREADS_PER_PLANNER = 8
 CHILDREN_TTL_S = 5.0
 # Whether the zone has providers of its own is looked up at most this often.
 OWN_TTL_S = 1.0
-MAX_BACKOFF_S = 60.0
 # Old answers kept by request id are purged this often.
 PURGE_EVERY_S = 300.0
-
-
-@dataclass(slots=True)
-class Health:
-    healthy: bool = True
-    failures: int = 0
-    last_error: str | None = None
-    last_ok: float | None = None
-    next_probe: float = 0.0
-
-    def failed(self, why: str) -> None:
-        self.healthy = False
-        self.failures += 1
-        self.last_error = why
-        delay = min(MAX_BACKOFF_S, 0.5 * 2 ** min(self.failures, 10))
-        self.next_probe = time.monotonic() + delay * (0.8 + 0.4 * random.random())
-
-    def ok(self) -> None:
-        self.healthy = True
-        self.failures = 0
-        self.last_error = None
-        self.last_ok = time.monotonic()
-
-    def due(self) -> bool:
-        return self.healthy or time.monotonic() >= self.next_probe
-
-    def as_dict(self) -> dict[str, Any]:
-        now = time.monotonic()
-        return {"healthy": self.healthy, "failures": self.failures,
-                "last_error": self.last_error,
-                "seconds_since_ok": None if self.last_ok is None else round(now - self.last_ok,
-                                                                            3),
-                "next_probe_in": (None if self.healthy
-                                  else round(max(0.0, self.next_probe - now), 3))}
+# The background loop's tick: probes of failed children are this fine.
+TICK_S = 0.25
+# A summary is small: a child that takes longer than this is not healthy.
+PROBE_TIMEOUT_S = 1.0
+# In delegate mode, a child that is not the last option gets this share of
+# the time left: one that hangs leaves time to ask the next.
+NEXT_SHARE = 0.5
+# A duplicate waits at most this long for the first request with its id.
+DUPLICATE_WAIT_S = 10.0
 
 
 @dataclass(slots=True)
@@ -111,28 +91,15 @@ class Cached:
 
 
 @dataclass(slots=True)
-class Outcome:
-    zone: str
-    # pruned | unhealthy | no_valid_placement | timeout | unreachable | in_doubt | error
-    outcome: str
-    reason: str
-    explain: dict[str, Any] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"zone": self.zone or "(own providers)",
-                               "outcome": self.outcome, "reason": self.reason}
-        if self.explain:
-            out["explain"] = self.explain
-        return out
-
-
-@dataclass(slots=True)
 class TreeConfig:
     name: str = "local"
     location_prefix: str | None = None
     tags: tuple[str, ...] = ()
     summary_interval: float = 5.0
+    # The most one child call may take (less when the request has less left).
     child_timeout: float = 5.0
+    # A request's whole budget at the zone a client asked.
+    request_timeout: float = 30.0
     fanout: int = 16
     # Cross-zone placements: how long a held part lives unless confirmed.
     hold_ttl: float = 30.0
@@ -157,6 +124,7 @@ class ZoneTree:
     _doubtful: set[str] | None = None
     _reconciling: asyncio.Lock = field(default_factory=asyncio.Lock)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _fetching: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _local_gate: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -167,6 +135,16 @@ class ZoneTree:
         self._local_gate = asyncio.Semaphore(LOCAL_THREADS_PER_PLANNER
                                              * max(1, self.config.schedule_concurrency))
 
+    async def _write(self, job: Callable[[Connection], T]) -> T:
+        """A write in the database's writer (grouped with concurrent ones)."""
+        return await asyncio.wrap_future(self.db.submit(job))
+
+    async def _read(self, job: Callable[[Connection], T]) -> T:
+        def run() -> T:
+            with self.db.read() as conn:
+                return job(conn)
+        return await run_in_threadpool(run)
+
     # -- children --------------------------------------------------------------------
 
     async def children(self) -> list[Child]:
@@ -174,31 +152,36 @@ class ZoneTree:
         now = time.monotonic()
         if self._kids is not None and now - self._kids[0] < CHILDREN_TTL_S:
             return self._kids[1]
-
-        def read() -> list[Child]:
-            with self.db.read() as conn:
-                return child_store.list_children(conn)
-        kids = await run_in_threadpool(read)
+        kids = await self._read(child_store.list_children)
         self._kids = (now, kids)
         return kids
+
+    async def child(self, name: str) -> Child | None:
+        return next((c for c in await self.children() if c.name == name), None)
 
     def forget_children(self) -> None:
         """After this process changed the children: read them again."""
         self._kids = None
 
-    def _health(self, name: str) -> Health:
+    def health_of(self, name: str) -> Health:
         return self.health.setdefault(name, Health())
+
+    def forget_child(self, name: str) -> None:
+        self.cache.pop(name, None)
+        self.health.pop(name, None)
+        self.failures.forget(name)
 
     async def fetch_summary(self, child: Child, *, fresh: bool = False
                             ) -> dict[str, Any] | None:
-        """Ask one child for its summary; updates health either way. `fresh`
-        makes the child refresh its own children's summaries first."""
-        h = self._health(child.name)
+        """Ask one child for its summary (the probe); updates health either way.
+        `fresh` makes the child refresh its own children's summaries first."""
+        h = self.health_of(child.name)
         path = "/strato/v1/summary?fresh=1" if fresh else "/strato/v1/summary"
+        timeout = self.config.child_timeout if fresh else min(self.config.child_timeout,
+                                                              PROBE_TIMEOUT_S)
         try:
             reply = await self.transport.call(child.url, "GET", path,
-                                              token=child.credential,
-                                              timeout=self.config.child_timeout)
+                                              token=child.credential, timeout=timeout)
         except Unreachable as exc:
             h.failed(exc.why)
             return None
@@ -208,36 +191,72 @@ class ZoneTree:
         was_down = not h.healthy
         h.ok()
         self.cache[child.name] = Cached(reply.body, time.monotonic())
-        if was_down and self._doubtful and child.name in self._doubtful:
-            self.spawn(self.reconcile(child.name))
+        if was_down:
+            log.info("child zone %s answers again", child.name)
+            if self._doubtful and child.name in self._doubtful:
+                self.spawn(self.reconcile(child.name))
         return reply.body
 
-    async def refresh(self, kids: Sequence[Child] | None = None, *, only_stale: bool = False,
-                      fresh: bool = False) -> None:
-        """Refresh children's summaries concurrently (those due for a probe)."""
+    async def answers_as(self, child: Child) -> bool:
+        """Whether a zone answers at `child.url` as `child.name` (alive)."""
+        try:
+            reply = await self.transport.call(child.url, "GET", "/strato/v1/summary",
+                                              token=child.credential, timeout=PROBE_TIMEOUT_S)
+        except Unreachable:
+            return False
+        return (reply.status == 200 and isinstance(reply.body, dict)
+                and reply.body.get("zone") == child.name)
+
+    def _refresh_one(self, child: Child) -> asyncio.Task[Any]:
+        """One fetch per child at a time: a slow child never holds up the others."""
+        task = self._fetching.get(child.name)
+        if task is None or task.done():
+            task = asyncio.ensure_future(self.fetch_summary(child))
+            self._fetching[child.name] = task
+        return task
+
+    def _stale(self, child: Child) -> bool:
+        """Due for a fetch: a healthy child's summary is old, or a failed child's
+        probe is due."""
+        h = self.health_of(child.name)
+        if not h.healthy:
+            return h.due()
+        cached = self.cache.get(child.name)
+        return cached is None or (time.monotonic() - cached.fetched
+                                  >= self.config.summary_interval)
+
+    async def refresh(self, kids: Sequence[Child] | None = None, *, fresh: bool = False,
+                      wait: float | None = None) -> None:
+        """Fetch the summaries that are due (all of them if `fresh`), waiting at
+        most `wait` seconds for them (None: until they end; 0: not at all)."""
         kids = await self.children() if kids is None else kids
-        now = time.monotonic()
-        todo = [c for c in kids if (fresh or self._health(c.name).due()) and not (
-            only_stale and c.name in self.cache
-            and now - self.cache[c.name].fetched < self.config.summary_interval)]
-        if todo:
-            await asyncio.gather(*(self.fetch_summary(c, fresh=fresh) for c in todo))
+        if fresh:
+            tasks = [asyncio.ensure_future(self.fetch_summary(c, fresh=True)) for c in kids]
+        else:
+            tasks = [self._refresh_one(c) for c in kids if self._stale(c)]
+        if tasks and (wait is None or wait > 0):
+            await asyncio.wait(tasks, timeout=wait)
 
     async def run_refresher(self) -> None:
-        """Background loop (HTTP servers): keep summaries and health fresh, and
-        cancel requests left in doubt at children that answer again."""
+        """Background loop (HTTP servers): keep summaries fresh, probe failed
+        children every tick they are due, and cancel requests left in doubt at
+        children that answer again."""
         purged_at = 0.0
+        reconciled_at = 0.0
         while True:
             try:
-                await self.refresh()
-                if self._doubtful is None or self._doubtful:
-                    await self.reconcile()
-                if time.monotonic() - purged_at > PURGE_EVERY_S:
-                    purged_at = time.monotonic()
+                await self.refresh(wait=0)
+                now = time.monotonic()
+                if ((self._doubtful is None or self._doubtful)
+                        and now - reconciled_at >= self.config.summary_interval):
+                    reconciled_at = now
+                    self.spawn(self.reconcile())
+                if now - purged_at > PURGE_EVERY_S:
+                    purged_at = now
                     await run_in_threadpool(self.purge_requests)
             except Exception:  # keep the loop alive whatever one round does
                 log.exception("summary refresh failed")
-            await asyncio.sleep(self.config.summary_interval)
+            await asyncio.sleep(min(TICK_S, self.config.summary_interval))
 
     def purge_requests(self) -> int:
         """Forget answers kept by request id for longer than the retention."""
@@ -245,12 +264,12 @@ class ZoneTree:
         total = 0
         while True:
             with self.db.write() as conn:
-                n = schedule_requests.purge(conn, before)
+                n = ledger.purge(conn, before)
             total += n
             if n < 10_000:
                 return total
 
-    def spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Awaitable[Any]) -> None:
         """Run `coro` in the background (kept referenced until it ends)."""
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
@@ -261,11 +280,8 @@ class ZoneTree:
     async def note_in_doubt(self, child: str, request_id: str, consumers: Sequence[str],
                             why: str) -> None:
         """Record, durably and before going elsewhere, that `child` may have
-        acted on `request_id`."""
-        def write() -> None:
-            with self.db.write() as conn:
-                in_doubt.add(conn, child, request_id, consumers, why)
-        await run_in_threadpool(write)
+        acted on `request_id` (a part id): it is cancelled there later."""
+        await self._write(lambda conn: in_doubt.add(conn, child, request_id, consumers, why))
         if self._doubtful is None:
             self._doubtful = set()
         self._doubtful.add(child)
@@ -273,10 +289,7 @@ class ZoneTree:
                     "answers again", request_id, child, why)
 
     async def in_doubt_counts(self) -> dict[str, int]:
-        def read() -> dict[str, int]:
-            with self.db.read() as conn:
-                return in_doubt.counts(conn)
-        counts = await run_in_threadpool(read)
+        counts = await self._read(in_doubt.counts)
         self._doubtful = set(counts)
         return counts
 
@@ -284,35 +297,27 @@ class ZoneTree:
         """Ask children that answer to cancel the requests in doubt there.
         Returns how many were settled; the rest wait for the next round."""
         async with self._reconciling:
-            def read() -> list[in_doubt.InDoubt]:
-                with self.db.read() as conn:
-                    return in_doubt.pending(conn, only)
-            rows = await run_in_threadpool(read)
+            rows = await self._read(lambda conn: in_doubt.pending(conn, only))
             kids = {c.name: c for c in await self.children()}
             settled = 0
             down: set[str] = set()
             for row in rows:
                 child = kids.get(row.child)
                 if (child is None or row.child in down
-                        or (only is None and not self._health(row.child).due())):
+                        or (only is None and not self.health_of(row.child).due())):
                     continue  # removed (kept for the operator), or not answering
                 why = await self._send_cancel(child, row.request_id)
                 if why is None:
                     settled += 1
-                    await run_in_threadpool(self._settle, row.id, None)
+                    await self._write(partial(in_doubt.resolved, row_id=row.id))
                     log.info("request %s cancelled at child %s", row.request_id, row.child)
                 else:
                     down.add(row.child)
-                    await run_in_threadpool(self._settle, row.id, why)
+                    down_why = why
+                    await self._write(partial(in_doubt.attempt_failed, row_id=row.id,
+                                              error=down_why))
             await self.in_doubt_counts()
             return settled
-
-    def _settle(self, row_id: int, error: str | None) -> None:
-        with self.db.write() as conn:
-            if error is None:
-                in_doubt.resolved(conn, row_id)
-            else:
-                in_doubt.attempt_failed(conn, row_id, error)
 
     async def _send_cancel(self, child: Child, request_id: str) -> str | None:
         """None once `child` confirmed the cancel, else why not."""
@@ -321,30 +326,59 @@ class ZoneTree:
                 child.url, "POST", "/strato/v1/requests/cancel", token=child.credential,
                 json={"request_id": request_id}, timeout=self.config.child_timeout)
         except Unreachable as exc:
-            self._health(child.name).failed(exc.why)
+            self.health_of(child.name).failed(exc.why)
             return exc.why
-        self._health(child.name).ok()
+        self.health_of(child.name).ok()
         if reply.status != 200:
             return f"cancel answered {reply.status}: {_error(reply.body).get('detail', '')}"
         return None
 
     async def cancel(self, request_id: str) -> dict[str, Any]:
-        """Our parent lost the answer to `request_id`: undo what it placed here
-        (or refuse it if it comes late), and pass the cancel to every child
-        (which may have got it as ``{request_id}@{this zone}``)."""
+        """Our parent lost the answer to `request_id`: undo everything it made
+        here and below (or refuse it if it comes late). Idempotent."""
         answer = await run_in_threadpool(self.local.cancel_request, request_id)
-        sub = child_request_id(request_id, self.config.name)
-        kids = await self.children()
-        whys = await asyncio.gather(*(self._send_cancel(c, sub) for c in kids))
-        deferred = []
-        for c, why in zip(kids, whys, strict=True):
-            if why is not None:
-                deferred.append(c.name)
-                await self.note_in_doubt(c.name, sub, [], f"cancel not delivered: {why}")
+        undone = await self.undo(request_id, placed=answer is not None)
         return {"request_id": request_id,
-                "released": [] if answer is None else answer.get("released", []),
-                "forwarded": [c.name for c in kids if c.name not in deferred],
-                "deferred": deferred}
+                "released": sorted({*(answer or {}).get("released", []), *undone.released}),
+                "forwarded": undone.forwarded, "deferred": undone.deferred}
+
+    async def undo(self, request_id: str, *, placed: bool) -> Undone:
+        """Undo every part recorded under `request_id` at this zone: its own
+        placements (by part id), its pool holds (and, if the request had been
+        placed, its pool allocations), and each child's part (cancelled there,
+        or recorded in doubt until the child answers)."""
+        parts = await self._read(lambda conn: ledger.parts(conn, request_id))
+        out = Undone()
+        pooled = [c for p in parts if p.child == shared.POOL for c in p.consumers]
+
+        def release_here(conn: Connection) -> list[str]:
+            held = [h.consumer_uuid for h in provisional.of_request(conn, request_id)]
+            gone = provisional.release(conn, held) if held else []
+            if placed and pooled:
+                # Placed and confirmed: the pool part is permanent; it goes too.
+                rest = [c for c in pooled if c not in gone]
+                claim(conn, [ConsumerClaim(c, {}) for c in rest])
+                gone += rest
+            return gone
+        out.released += await self._write(release_here)
+        kids = {c.name: c for c in await self.children()}
+        for p in parts:
+            if p.child == shared.POOL:
+                continue
+            if p.child == LOCAL:
+                found = await run_in_threadpool(self.local.cancel_request, p.part_id)
+                out.released += (found or {}).get("released", [])
+                continue
+            child = kids.get(p.child)
+            why = ("child zone removed" if child is None
+                   else await self._send_cancel(child, p.part_id))
+            if why is None:
+                out.forwarded.append(p.child)
+            else:
+                out.deferred.append(p.child)
+                await self.note_in_doubt(p.child, p.part_id, p.consumers,
+                                         f"cancel not delivered: {why}")
+        return out
 
     # -- summary -------------------------------------------------------------------------
 
@@ -360,18 +394,22 @@ class ZoneTree:
 
     async def summary(self, *, fresh: bool = False,
                       own: dict[str, Any] | None = None) -> dict[str, Any]:
+        """This zone's subtree as one pool. Never waits on a slow child unless
+        `fresh`, and then at most the child timeout: a parent probing this
+        zone must not see it slow because a zone below it is."""
         if own is None:
             if not await self.has_providers(fresh=fresh):
                 own = summaries.EMPTY
             else:
                 own = await run_in_threadpool(self.local.summary)
         kids = await self.children()
-        await self.refresh(kids, only_stale=not fresh, fresh=fresh)
+        await self.refresh(kids, fresh=fresh,
+                           wait=self.config.child_timeout * 0.8 if fresh else 0)
         parts = [own]
         child_rows = []
         for c in kids:
             cached = self.cache.get(c.name)
-            h = self._health(c.name)
+            h = self.health_of(c.name)
             if cached is not None and h.healthy:
                 parts.append(cached.body)
             child_rows.append({"name": c.name, "healthy": h.healthy,
@@ -385,60 +423,175 @@ class ZoneTree:
     # -- scheduling ----------------------------------------------------------------------
 
     async def schedule(self, req: ScheduleRequest) -> dict[str, Any]:
+        """The answer to a schedule request; raises NoValidPlacement (409, kept
+        under the request id), ServiceUnavailable (503, not kept) or another
+        StratoError."""
         kids = await self.children()
         if not kids:
-            only: dict[str, Any]
+            return await self._schedule_here(req)
+        if req.dry_run:
+            answer, outcomes = await self._place(req, kids, None)
+            if answer is None:
+                raise self._refusal(req, outcomes)
+            return self._finish_explain(req, answer, outcomes)
+        client_id = req.request_id
+        begun = await self._begin(req)
+        if isinstance(begun, dict):
+            return begun
+        attempt, req = begun
+        try:
+            answer, outcomes = await self._place(req, kids, attempt)
+        except BaseException:
+            # A request the children call invalid, or this task cancelled:
+            # nothing of it may stay, and a retry works afresh.
+            await asyncio.shield(self._give_up(attempt))
+            raise
+        if answer is None:
+            down = outage(outcomes)
+            if down:
+                await self._give_up(attempt)
+                raise self._unavailable(req, outcomes, down)
+            refusal = self._refusal(req, outcomes)
+            kept = await self._write(lambda conn: ledger.finish(
+                conn, attempt.request_id, State.REFUSED,
+                {"detail": refusal.detail, "explain": refusal.explain}, only_placing=True))
+            if not kept:
+                raise _cancelled(attempt.request_id)
+            raise refusal
+        answer = self._finish_explain(req, answer, outcomes)
+        answer["request_id"] = client_id
+        if attempt.remaining() <= 0:
+            await self._give_up(attempt)
+            raise errors.ServiceUnavailable(
+                f"request {attempt.request_id}: its deadline passed before it was placed; "
+                "what it claimed was undone", retry_after=0.0)
+        kept = await self._write(lambda conn: ledger.finish(
+            conn, attempt.request_id, State.PLACED, answer, only_placing=True))
+        if not kept:
+            await self.undo(attempt.request_id, placed=True)
+            raise _cancelled(attempt.request_id)
+        return await self._with_summary(req, answer)
+
+    async def _schedule_here(self, req: ScheduleRequest) -> dict[str, Any]:
+        """A zone without children: its own providers (the store's claim
+        transaction reserves the request id)."""
+        try:
             if self.local.plans_inline:
                 only = await self.local.schedule_with_summary_async(req)
             else:
                 async with self._local_gate:
                     only = await run_in_threadpool(self.local.schedule_with_summary, req)
-            own = only.pop("own_summary", None)
-            if own is None:
-                return only
-            return {**only, "zone_summary": await self.summary(own=own)}
-        client_id = req.request_id
-        if client_id is not None and req.hops == 0:
-            found = await run_in_threadpool(self._stored, client_id)
-            if found is not None:
-                return found
-        if not req.dry_run and client_id is None:
-            # Children get a request id even when the caller gave none: a
-            # request in doubt at a child is cancelled by it.
-            req = req.model_copy(update={"request_id": f"auto-{uuid.uuid4().hex}"})
-        await self.refresh(kids, only_stale=True)
+        except NoValidPlacement as exc:
+            await run_in_threadpool(self.local.record_failure, req, exc)
+            raise
+        own = only.pop("own_summary", None)
+        if own is None:
+            return only
+        return {**only, "zone_summary": await self.summary(own=own)}
+
+    async def _begin(self, req: ScheduleRequest
+                     ) -> tuple[Attempt, ScheduleRequest] | dict[str, Any]:
+        """Reserve the request id before any work: (the attempt, the request with
+        its id and deadline), or the first answer of an earlier request with the
+        same id (waited for while it is at work)."""
+        now = time.time()
+        deadline = now + self.config.request_timeout
+        if req.deadline is not None:
+            deadline = min(deadline, req.deadline)
+        if deadline <= now:
+            raise errors.ServiceUnavailable(
+                "the request's deadline had passed when it reached zone "
+                f"{self.config.name}: nothing was done", retry_after=0.0)
+        rid = req.request_id or f"auto-{uuid.uuid4().hex}"
+        wait_until = min(deadline, now + DUPLICATE_WAIT_S)
+
+        def reserve(conn: Connection) -> ledger.Entry | None:
+            return None if ledger.reserve(conn, rid, deadline) else ledger.lookup(conn, rid)
+        entry = await self._write(reserve)
+        while entry is not None:
+            if entry.state in ledger.FINAL:
+                return _replay(entry)
+            if time.time() >= wait_until:
+                raise errors.Conflict(
+                    f"request_id {rid} is being worked on by an earlier request with the "
+                    "same id; retry with the same id to get its answer",
+                    errors.REQUEST_IN_PROGRESS)
+            await asyncio.sleep(0.05)
+            entry = await self._read(lambda conn: ledger.lookup(conn, rid))
+            if entry is None:  # the earlier one gave its reservation back
+                entry = await self._write(reserve)
+        return (Attempt(rid, deadline),
+                req.model_copy(update={"request_id": rid, "deadline": deadline}))
+
+    async def _give_up(self, attempt: Attempt) -> None:
+        """No answer for this attempt: undo what it made, give the id back."""
+        try:
+            await self.undo(attempt.request_id, placed=False)
+        finally:
+            await self._write(lambda conn: ledger.give_back(conn, attempt.request_id))
+
+    async def _place(self, req: ScheduleRequest, kids: Sequence[Child],
+                     attempt: Attempt | None) -> tuple[dict[str, Any] | None, list[Outcome]]:
+        """Place `req` here or below: (the answer or None, what each zone said)."""
+        await self._refresh_due(kids)
         outcomes: list[Outcome] = []
         answer = None
-        if not req.dry_run and shared.shared_classes(self, req):
-            answer = await shared.schedule_split(self, req, outcomes)
+        if attempt is not None and shared.shared_classes(self, req):
+            answer = await shared.schedule_split(self, req, attempt, outcomes)
         if answer is None:
-            answer = await self._decide(req, kids, outcomes)
-        pruned = [c for c in kids if any(o.zone == c.name and o.outcome == "pruned"
+            answer = await self._decide(req, kids, outcomes, attempt)
+        pruned = [c for c in kids if any(o.zone == c.name and o.outcome == Result.PRUNED
                                          for o in outcomes)]
         if answer is None and pruned:
             # Summaries are hints and may be stale: before giving up, look again
             # at the children they pruned (widen), with fresh summaries.
-            await asyncio.gather(*(self.fetch_summary(c, fresh=True) for c in pruned))
+            wait = min(self.config.child_timeout,
+                       attempt.remaining() * 0.5 if attempt else self.config.child_timeout)
+            await self.refresh(pruned, fresh=True, wait=max(0.0, wait))
             retry: list[Outcome] = []
-            answer = await self._decide(req, pruned, retry, local=False)
-            outcomes = [o for o in outcomes if o.outcome != "pruned"] + retry
-        if answer is None:
-            explain = {"zone": self.config.name,
-                       "summary": "; ".join(f"{o.zone or 'own providers'}: {o.reason}"
-                                            for o in outcomes) or "no zone to ask",
-                       "children": [o.as_dict() for o in outcomes]}
-            raise NoValidPlacement(
-                f"no valid placement for {len(req.consumers)} consumer(s) under zone "
-                f"{self.config.name}: {explain['summary']}", explain)
+            answer = await self._decide(req, pruned, retry, attempt, local=False)
+            outcomes = [o for o in outcomes if o.outcome != Result.PRUNED] + retry
+        return answer, outcomes
+
+    async def _refresh_due(self, kids: Sequence[Child]) -> None:
+        """Fetch due summaries in the background; a request waits only for
+        children it has never seen a summary of (briefly)."""
+        first = [self._refresh_one(c) for c in kids if self._stale(c)
+                 and c.name not in self.cache and self.health_of(c.name).healthy]
+        for c in kids:
+            if self._stale(c):
+                self._refresh_one(c)
+        if first:
+            await asyncio.wait(first, timeout=PROBE_TIMEOUT_S)
+
+    def _refusal(self, req: ScheduleRequest, outcomes: list[Outcome]) -> NoValidPlacement:
+        explain = self._explain(outcomes)
+        return NoValidPlacement(
+            f"no valid placement for {len(req.consumers)} consumer(s) under zone "
+            f"{self.config.name}: {explain['summary']}", explain)
+
+    def _unavailable(self, req: ScheduleRequest, outcomes: list[Outcome],
+                     down: list[Outcome]) -> errors.ServiceUnavailable:
+        names = ", ".join(sorted({o.zone for o in down}))
+        waits = [self.health_of(o.zone).retry_after() for o in down if o.zone]
+        return errors.ServiceUnavailable(
+            f"no placement for {len(req.consumers)} consumer(s) under zone "
+            f"{self.config.name}, and part of the tree could not be asked ({names}); "
+            "nothing was claimed: retry", retry_after=max([1.0, *waits]),
+            explain=self._explain(outcomes))
+
+    def _explain(self, outcomes: list[Outcome]) -> dict[str, Any]:
+        return {"zone": self.config.name,
+                "summary": "; ".join(f"{o.zone or 'own providers'}: {o.reason}"
+                                     for o in outcomes) or "no zone to ask",
+                "children": [o.as_dict() for o in outcomes]}
+
+    def _finish_explain(self, req: ScheduleRequest, answer: dict[str, Any],
+                        outcomes: list[Outcome]) -> dict[str, Any]:
         if req.explain:
             answer["explain"] = {"zone": self.config.name, "placed_by": answer.get("explain"),
                                  "children": [o.as_dict() for o in outcomes]}
-        answer["request_id"] = client_id
-        if client_id is not None and req.hops == 0 and not req.dry_run:
-            # Only the zone the caller asked keeps the answer for a repeat; a
-            # parent never repeats a request to its child.
-            await run_in_threadpool(self._store, client_id, answer)
-        return await self._with_summary(req, answer)
+        return answer
 
     async def _with_summary(self, req: ScheduleRequest, answer: dict[str, Any]
                             ) -> dict[str, Any]:
@@ -447,34 +600,19 @@ class ZoneTree:
             return answer
         return {**answer, "zone_summary": await self.summary()}
 
-    async def decide_children(self, req: ScheduleRequest, outcomes: list[Outcome]
-                              ) -> dict[str, Any] | None:
+    async def decide_children(self, req: ScheduleRequest, attempt: Attempt,
+                              outcomes: list[Outcome]) -> dict[str, Any] | None:
         """Place `req` in the children only (not this zone's own providers)."""
         kids = await self.children()
-        return await self._decide(req, kids, outcomes, local=False)
+        return await self._decide(req, kids, outcomes, attempt, local=False)
 
     async def _decide(self, req: ScheduleRequest, kids: Sequence[Child],
-                      outcomes: list[Outcome], *, local: bool = True) -> dict[str, Any] | None:
+                      outcomes: list[Outcome], attempt: Attempt | None, *,
+                      local: bool = True) -> dict[str, Any] | None:
         options = await self._options(req, kids, outcomes, local=local)
         if req.mode == "best":
-            return await self._best(req, options, outcomes)
-        return await self._delegate(req, options, outcomes)
-
-    def _stored(self, request_id: str) -> dict[str, Any] | None:
-        with self.db.read() as conn:
-            found = schedule_requests.get_answer(conn, request_id)
-        if found is None:
-            return None
-        status, body = found
-        if status != 200:
-            raise NoValidPlacement(body.get("detail", "no valid placement"),
-                                   body.get("explain") or {})
-        return {**body, "replayed": True}
-
-    def _store(self, request_id: str, answer: dict[str, Any]) -> None:
-        with self.db.write() as conn:
-            if schedule_requests.reserve(conn, request_id):
-                schedule_requests.finish(conn, request_id, 200, answer)
+            return await self._best(req, options, outcomes, attempt)
+        return await self._delegate(req, options, outcomes, attempt)
 
     async def _options(self, req: ScheduleRequest, kids: Sequence[Child],
                        outcomes: list[Outcome], *, local: bool = True
@@ -488,14 +626,19 @@ class ZoneTree:
             if why is None:
                 scored.append((predicted_fit(req, own), LOCAL, None))
             else:
-                outcomes.append(Outcome(LOCAL, "pruned", why))
+                outcomes.append(Outcome(LOCAL, Result.PRUNED, why))
         for c in kids:
-            h = self._health(c.name)
-            if not h.due():
-                outcomes.append(Outcome(c.name, "unhealthy",
-                                        f"skipped: unhealthy ({h.last_error})"))
-                continue
+            h = self.health_of(c.name)
             cached = self.cache.get(c.name)
+            if not h.due():
+                # Its metadata may exclude it for good: then it is not missed.
+                why = static_reason(req, None, c.location_prefix, c.tags)
+                if why is not None:
+                    outcomes.append(Outcome(c.name, Result.PRUNED, why))
+                else:
+                    outcomes.append(Outcome(c.name, Result.UNHEALTHY,
+                                            f"skipped: unhealthy ({h.last_error})"))
+                continue
             why = prune_reason(req, cached.body if cached else None, c.location_prefix,
                                c.tags)
             if why is not None:
@@ -503,12 +646,12 @@ class ZoneTree:
                                                 if cached else []) if not k.get("healthy")]
                 if down:
                     why += f" (unreachable below it: {', '.join(map(str, down))})"
-                outcomes.append(Outcome(c.name, "pruned", why))
+                outcomes.append(Outcome(c.name, Result.PRUNED, why))
                 continue
             refused = (self.failures.blocks(c.name, shape, cached.body.get("freed"))
                        if cached else None)
             if refused is not None:
-                outcomes.append(Outcome(c.name, "pruned", f"pruned: {REFUSED_BEFORE} "
+                outcomes.append(Outcome(c.name, Result.PRUNED, f"pruned: {REFUSED_BEFORE} "
                                         f"({refused.reason})", refused.explain))
                 continue
             fit = predicted_fit(req, cached.body) if cached else 0.0
@@ -516,41 +659,69 @@ class ZoneTree:
         scored.sort(key=lambda t: (-t[0], t[1]))
         return scored
 
-    async def _ask(self, child: Child, req: ScheduleRequest) -> dict[str, Any] | Outcome:
-        """One schedule call to a child: its answer, or why it failed."""
-        body = req.model_copy(update={"hops": req.hops + 1,
-                                      "request_id": self._child_id(req.request_id)})
-        h = self._health(child.name)
+    async def _record(self, attempt: Attempt | None, child: str, req: ScheduleRequest
+                      ) -> str | None:
+        """A fresh part id for asking `child`, recorded before it is asked."""
+        if attempt is None:
+            return None
+        pid = part_id(attempt.request_id, self.config.name)
+        await self._write(lambda conn: ledger.add_part(conn, attempt.request_id, child, pid,
+                                                       req.consumers))
+        return pid
+
+    async def _ask(self, child: Child, req: ScheduleRequest, attempt: Attempt | None,
+                   share: float = 1.0) -> dict[str, Any] | Outcome:
+        """One schedule call to a child: its answer, or why it failed. `share`:
+        of the time left, how much this child may use (less when others may
+        have to be asked after it)."""
+        h = self.health_of(child.name)
+        cap = self.config.child_timeout
+        deadline = attempt.child_deadline(cap, share) if attempt else time.time() + cap
+        budget = deadline - time.time()
+        if budget <= 0.01:
+            return Outcome(child.name, Result.TIMEOUT, "not asked: the request's time ran out")
+        pid = await self._record(attempt, child.name, req)
+        body = req.model_copy(update={"hops": req.hops + 1, "request_id": pid,
+                                      "deadline": deadline if attempt else req.deadline})
         try:
+            # A little past the child's deadline: an answer it gives at its
+            # deadline still arrives.
             reply = await self.transport.call(
                 child.url, "POST", "/strato/v1/schedule", token=child.credential,
-                json=body.model_dump(mode="json"), timeout=self.config.child_timeout)
+                json=body.model_dump(mode="json", exclude_none=True),
+                timeout=budget + min(0.25, budget * 0.2))
         except Unreachable as exc:
             h.failed(exc.why)
-            if exc.maybe_delivered and not req.dry_run and body.request_id is not None:
-                await self.note_in_doubt(child.name, body.request_id, req.consumers, exc.why)
-                return Outcome(child.name, "in_doubt", f"{exc.why}; whatever it claimed is "
-                               "cancelled when it answers again")
-            kind = "timeout" if "timed out" in exc.why else "unreachable"
-            return Outcome(child.name, kind, exc.why)
+            if exc.maybe_delivered and pid is not None:
+                await self.note_in_doubt(child.name, pid, req.consumers, exc.why)
+                return Outcome(child.name, Result.IN_DOUBT, f"{exc.why}; whatever it "
+                               "claimed is cancelled when it answers again")
+            return Outcome(child.name, Result.TIMEOUT if exc.timed_out else Result.UNREACHABLE,
+                           exc.why)
         h.ok()
         if reply.status == 200 and isinstance(reply.body, dict):
             self._note_answer(child.name, reply.body.pop("zone_summary", None))
             return reply.body
         err = _error(reply.body)
-        if reply.status == 409 and err.get("code") == "strato.no_valid_placement":
+        code = err.get("code")
+        if reply.status == 409 and code == NoValidPlacement.CODE:
             explain = reply.body.get("explain") if isinstance(reply.body, dict) else None
             why = (explain or {}).get("summary", err.get("detail", "no capacity"))
             cached = self.cache.get(child.name)
             if cached is not None:
                 self.failures.note(child.name, shape_of(req), cached.body.get("freed"),
                                    Refusal(str(why), explain))
-            return Outcome(child.name, "no_valid_placement", why, explain)
-        if reply.status in (400, 409):
+            return Outcome(child.name, Result.NO_VALID_PLACEMENT, str(why), explain)
+        if reply.status == 503:
+            return Outcome(child.name, Result.UNAVAILABLE,
+                           f"part of it is unreachable: {err.get('detail', '')}"[:300],
+                           reply.body.get("explain") if isinstance(reply.body, dict) else None)
+        if reply.status == 400 or (reply.status == 409
+                                   and code == errors.CONCURRENT_UPDATE):
             # The request itself is at fault (bad input, consumer exists):
             # every child would say the same.
             raise _status_error(reply.status, err)
-        return Outcome(child.name, "error", f"answered {reply.status}: "
+        return Outcome(child.name, Result.ERROR, f"answered {reply.status}: "
                        f"{err.get('detail', '')}"[:300])
 
     def _note_answer(self, name: str, summary: dict[str, Any] | None) -> None:
@@ -563,20 +734,30 @@ class ZoneTree:
         if cached is not None:
             cached.fetched = 0.0
 
-    async def _run_local(self, req: ScheduleRequest) -> dict[str, Any] | Outcome:
+    async def _run_local(self, req: ScheduleRequest, attempt: Attempt | None
+                         ) -> dict[str, Any] | Outcome:
+        """This zone's own providers, under a part id of the request."""
+        pid = await self._record(attempt, LOCAL, req)
+        if pid is not None:
+            req = req.model_copy(update={"request_id": pid})
         try:
             if self.local.plans_inline:
                 return await self.local.schedule_async(req)
             return await run_in_threadpool(self.local.schedule, req)
         except NoValidPlacement as exc:
-            return Outcome(LOCAL, "no_valid_placement", exc.explain.get("summary", exc.detail),
-                           exc.explain)
+            return Outcome(LOCAL, Result.NO_VALID_PLACEMENT,
+                           exc.explain.get("summary", exc.detail), exc.explain)
+        except errors.ServiceUnavailable as exc:
+            return Outcome(LOCAL, Result.TIMEOUT, exc.detail)
 
     async def _delegate(self, req: ScheduleRequest,
                         options: Sequence[tuple[float, str, Child | None]],
-                        outcomes: list[Outcome]) -> dict[str, Any] | None:
-        for _, name, child in options:
-            got = await (self._run_local(req) if child is None else self._ask(child, req))
+                        outcomes: list[Outcome], attempt: Attempt | None
+                        ) -> dict[str, Any] | None:
+        for i, (_, name, child) in enumerate(options):
+            share = 1.0 if i == len(options) - 1 else NEXT_SHARE
+            got = await (self._run_local(req, attempt) if child is None
+                         else self._ask(child, req, attempt, share))
             if isinstance(got, Outcome):
                 outcomes.append(got)
                 continue
@@ -585,13 +766,15 @@ class ZoneTree:
 
     async def _best(self, req: ScheduleRequest,
                     options: Sequence[tuple[float, str, Child | None]],
-                    outcomes: list[Outcome]) -> dict[str, Any] | None:
+                    outcomes: list[Outcome], attempt: Attempt | None
+                    ) -> dict[str, Any] | None:
         dry = req.model_copy(update={"dry_run": True, "request_id": None})
         sem = asyncio.Semaphore(self.config.fanout)
 
         async def plan(name: str, child: Child | None) -> tuple[str, dict[str, Any] | Outcome]:
             async with sem:
-                got = await (self._run_local(dry) if child is None else self._ask(child, dry))
+                got = await (self._run_local(dry, None) if child is None
+                             else self._ask(child, dry, None))
             return name, got
 
         tasks = [asyncio.ensure_future(plan(name, child)) for _, name, child in options]
@@ -610,58 +793,87 @@ class ZoneTree:
             for t in tasks:
                 t.cancel()
         plans.sort(key=lambda p: (-p[0], p[1]))
-        if req.dry_run:
+        if req.dry_run or attempt is None:
             return self._prefixed(plans[0][2], plans[0][1]) if plans else None
         for _, name, got in plans:
-            claimed = await self._claim_plan(req, name, got)
+            claimed = await self._claim_plan(req, attempt, name, got)
             if isinstance(claimed, Outcome):
                 outcomes.append(claimed)
                 continue
             return claimed
         return None
 
-    async def _claim_plan(self, req: ScheduleRequest, name: str, plan: dict[str, Any]
-                          ) -> dict[str, Any] | Outcome:
+    async def _claim_plan(self, req: ScheduleRequest, attempt: Attempt, name: str,
+                          plan: dict[str, Any]) -> dict[str, Any] | Outcome:
         """Claim exactly `plan` at the zone that owns it ("go with allocate")."""
         placements = plan.get("placements", [])
         path = str(placements[0]["zone"]).split("/")[1:] if placements else []
-        child_id = self._child_id(req.request_id)
+        pid = await self._record(attempt, name, req)
         body = {"path": path, "project_id": req.project_id, "user_id": req.user_id,
                 "consumer_type": req.consumer_type, "group": req.group,
-                "hold_ttl": req.hold_ttl, "request_id": child_id,
+                "hold_ttl": req.hold_ttl, "request_id": pid,
                 "placements": [{"consumer_uuid": p["consumer_uuid"],
                                 "allocations": p["allocations"]} for p in placements]}
         if name == LOCAL:
             try:
-                # Kept under the request's own id, as a local schedule would be.
-                await run_in_threadpool(self.local.claim_placements,
-                                        {**body, "request_id": req.request_id})
+                await run_in_threadpool(self.local.claim_placements, body)
             except errors.Conflict as exc:
-                return Outcome(LOCAL, "conflict", exc.detail)
+                return Outcome(LOCAL, Result.CONFLICT, exc.detail)
             return self._prefixed({**plan, "dry_run": False}, LOCAL)
-        child = next(c for c in await self.children() if c.name == name)
-        try:
-            reply = await self.transport.call(child.url, "POST", "/strato/v1/claims",
-                                              token=child.credential, json=body,
-                                              timeout=self.config.child_timeout)
-        except Unreachable as exc:
-            self._health(name).failed(exc.why)
-            if exc.maybe_delivered and child_id is not None:
-                await self.note_in_doubt(name, child_id,
-                                         [p["consumer_uuid"] for p in placements], exc.why)
-                return Outcome(name, "in_doubt", f"{exc.why}; whatever it claimed is "
-                               "cancelled when it answers again")
-            return Outcome(name, "unreachable", exc.why)
+        child = await self.child(name)
+        if child is None:
+            return Outcome(name, Result.ERROR, "child zone removed")
+        reply = await self.call_claim(child, "/strato/v1/claims", body, req.consumers,
+                                      attempt.child_deadline(self.config.child_timeout))
+        if isinstance(reply, Outcome):
+            return reply
         if reply.status == 200:
             self._note_answer(name, reply.body.get("zone_summary")
                               if isinstance(reply.body, dict) else None)
             return self._prefixed({**plan, "dry_run": False}, name)
         err = _error(reply.body)
-        return Outcome(name, "conflict", f"claim refused ({reply.status}): "
+        return Outcome(name, Result.CONFLICT, f"claim refused ({reply.status}): "
                        f"{err.get('detail', '')}"[:300])
 
-    def _child_id(self, request_id: str | None) -> str | None:
-        return None if request_id is None else child_request_id(request_id, self.config.name)
+    async def call_claim(self, child: Child, route: str, body: dict[str, Any],
+                         consumers: Sequence[str], deadline: float) -> Any:
+        """Send a claim message to `child`: its Reply, or an Outcome when it did
+        not answer (a claim that may have arrived is recorded in doubt)."""
+        try:
+            return await self.transport.call(child.url, "POST", route,
+                                              token=child.credential, json=body,
+                                              timeout=max(0.05, deadline - time.time()))
+        except Unreachable as exc:
+            self.health_of(child.name).failed(exc.why)
+            rid = body.get("request_id")
+            if exc.maybe_delivered and rid is not None:
+                await self.note_in_doubt(child.name, rid, consumers, exc.why)
+                return Outcome(child.name, Result.IN_DOUBT, f"{exc.why}; whatever it "
+                               "claimed is cancelled when it answers again")
+            return Outcome(child.name, Result.UNREACHABLE, exc.why)
+
+    async def forward_claim(self, route: str, payload: dict[str, Any]) -> Any:
+        """Pass a claim message (POST /strato/v1/claims...) one level down its zone
+        path; a claim is recorded as a part of its request here first, under a
+        fresh part id, so a cancel of the request reaches it."""
+        path = payload["path"]
+        child = await self.child(path[0])
+        if child is None:
+            raise errors.NotFound(f"path: no child zone named {path[0]!r}")
+        rid = payload.get("request_id")
+        consumers = [p["consumer_uuid"] for p in payload.get("placements", [])]
+        if rid is not None:
+            pid = part_id(rid, self.config.name)
+            await self._write(lambda conn: ledger.add_part(conn, rid, child.name, pid,
+                                                           consumers))
+            payload = {**payload, "request_id": pid}
+        reply = await self.call_claim(child, route, {**payload, "path": path[1:]},
+                                      consumers or payload.get("consumers", []),
+                                      time.time() + self.config.child_timeout)
+        if isinstance(reply, Outcome):
+            raise errors.ServiceUnavailable(f"child zone {child.name} did not answer: "
+                                            f"{reply.reason}")
+        return reply
 
     def _prefixed(self, answer: dict[str, Any], child: str) -> dict[str, Any]:
         """Zone paths seen from here: this zone's name first."""
@@ -670,96 +882,71 @@ class ZoneTree:
                               else p["zone"]} for p in answer.get("placements", [])]
         return out
 
+    # -- recovery ------------------------------------------------------------------------
 
-# -- pruning and prediction --------------------------------------------------------------
+    async def recover(self) -> dict[str, int]:
+        """One round: release expired holds; finish or undo split placements
+        left committing; abandon requests whose deadline passed while they were
+        at work (a crash, a pause) and undo their parts."""
+        done = await shared.recover(self, self._decided)
+        overdue = await self._read(lambda conn: ledger.overdue(conn, time.time() - 1.0))
+        for rid in overdue:
+            if not await self._write(partial(ledger.abandon, request_id=rid)):
+                entry = await self._read(partial(ledger.lookup, request_id=rid))
+                if entry is None or entry.state != State.ABANDONED:
+                    continue  # finished meanwhile
+            log.warning("request %s ran past its deadline unanswered: undoing it", rid)
+            await self._give_up(Attempt(rid, 0.0))
+        done["abandoned"] = len(overdue)
+        return done
 
-def _demand(req: ScheduleRequest) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for g in req.groups:
-        for rc, n in g.resources.items():
-            out[rc] = out.get(rc, 0) + n
-    return out
+    async def _decided(self, request_id: str | None) -> bool | None:
+        """Whether a split placement left committing is to be finished (True),
+        undone (False), or left to the request still at work (None)."""
+        if request_id is None:
+            return True  # made before the ledger recorded it: finish, as decided
+        entry = await self._read(lambda conn: ledger.lookup(conn, request_id))
+        if entry is None or entry.state != State.PLACING:
+            # Placed: already finished. Anything else: nobody was told it is.
+            return entry is not None and entry.state == State.PLACED
+        if entry.deadline is None or entry.deadline > time.time():
+            return None  # its worker may be at it
+        # Past its deadline and unanswered: take it over (its worker, if alive,
+        # then cannot answer it placed), and undo it.
+        if await self._write(partial(ledger.abandon, request_id=request_id)):
+            return False
+        return await self._decided(request_id)
 
-
-def prune_reason(req: ScheduleRequest, summary: dict[str, Any] | None,
-                 prefix: str | None, zone_tags: Sequence[str]) -> str | None:
-    """Why a zone cannot satisfy `req`, or None when it might."""
-    for c in req.constraints:
-        if not c.hard:
-            continue
-        if (isinstance(c, LocationRule) and prefix
-                and not prefix_compatible(c.pattern, prefix)):
-            return f"pruned: location prefix {prefix} cannot match {c.pattern}"
-        if isinstance(c, TagsRule):
-            present = set(zone_tags) | set((summary or {}).get("tags_present", []))
-            missing = [t for t in c.required if t not in present]
-            if missing and (summary is not None or zone_tags):
-                return f"pruned: no provider tagged {', '.join(missing)}"
-            clash = [t for t in c.forbidden if t in zone_tags]
-            if clash:
-                return f"pruned: zone is tagged {', '.join(clash)}"
-    if summary is None:
-        return None
-    classes = summary.get("classes", {})
-    traits = set(summary.get("traits", []))
-    for g in req.groups:
-        for rc, amount in g.resources.items():
-            c = classes.get(rc)
-            if c is None:
-                return f"pruned: no {rc}"
-            if int(c.get("largest_free", 0)) < amount:
-                return (f"pruned: no capacity ({rc} largest free {c.get('largest_free', 0)}"
-                        f" < {amount})")
-        for t in g.required:
-            if t.startswith("!"):
-                continue
-            names = t[3:].split(",") if t.startswith("in:") else [t]
-            if not any(n in traits for n in names):
-                return f"pruned: no {' or '.join(names)}"
-    count = len(req.consumers)
-    if req.atomic:
-        for rc, amount in _demand(req).items():
-            c = classes.get(rc, {})
-            if int(c.get("capacity", 0)) - int(c.get("used", 0)) < amount * count:
-                return f"pruned: not enough {rc} for {count} instance(s)"
-    return None
+    async def run_recovery(self) -> None:
+        """Background loop (HTTP servers): a recovery round a few times per hold TTL."""
+        while True:
+            try:
+                await self.recover()
+            except Exception:
+                log.exception("recovery round failed")
+            await asyncio.sleep(max(0.5, min(self.config.hold_ttl / 6, 2.0)))
 
 
-def prefix_compatible(pattern: str, prefix: str) -> bool:
-    """Could a location under `prefix` match `pattern`? (segment-wise, both ways)."""
-    segments, exact = location_pattern(pattern)
-    pre = tuple(prefix.strip("/").split("/"))
-    n = min(len(segments), len(pre))
-    head = (segments[:n], False)
-    if not location_matches(head, pre[:n]):
-        return False
-    return not (exact and len(pre) > len(segments))
+@dataclass(slots=True)
+class Undone:
+    released: list[str] = field(default_factory=list)
+    forwarded: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
 
 
-def predicted_fit(req: ScheduleRequest, summary: dict[str, Any]) -> float:
-    """Higher is better: free share after the request (spread) or its opposite (pack)."""
-    classes = summary.get("classes", {})
-    shares = []
-    count = len(req.consumers)
-    for rc, amount in _demand(req).items():
-        c = classes.get(rc)
-        if not c or not c.get("capacity"):
-            continue
-        free = int(c["capacity"]) - int(c["used"]) - amount * count
-        shares.append(free / int(c["capacity"]))
-    if not shares:
-        return 0.0
-    share = sum(shares) / len(shares)
-    return 1.0 - share if req.weigher.name == "pack" else share
+def _replay(entry: ledger.Entry) -> dict[str, Any]:
+    """The answer an earlier request with this id got."""
+    if entry.state == State.PLACED:
+        return {**entry.body, "replayed": True}
+    if entry.state == State.CANCELLED:
+        raise _cancelled(entry.request_id)
+    raise NoValidPlacement(entry.body.get("detail", "no valid placement"),
+                           entry.body.get("explain") or {})
 
 
-def child_request_id(request_id: str, zone: str) -> str:
-    """The id a child knows a request by: the parent's id, then the parent's name
-    (hashed when that would not fit the 255 characters an id may have)."""
-    out = f"{request_id}@{zone}"
-    if len(out) <= 255:
-        return out
-    return f"h-{hashlib.sha256(request_id.encode()).hexdigest()}@{zone}"[:255]
+def _cancelled(request_id: str) -> errors.Conflict:
+    return errors.Conflict(f"request_id {request_id} was cancelled: whatever it placed was "
+                           "undone", errors.REQUEST_CANCELLED)
 
 
 def _mean_score(answer: dict[str, Any]) -> float:

@@ -79,8 +79,10 @@ def test_lost_claim_answer_in_best_mode(tmp_path: Path) -> None:
         tree.lose_answers("dfw", "/strato/v1/claims")
         body = req(mode="best", constraints=[{"type": "location", "pattern": "dfw/*"}])
         r = await tree.client("global").post("/strato/v1/schedule", json=body)
-        # The only plan's claim is in doubt: nothing is known to be placed.
-        assert r.status_code == 409, r.text
+        # The only plan's claim is in doubt: not an answer about capacity.
+        assert r.status_code == 503, r.text
+        assert r.json()["errors"][0]["code"] == "strato.zone_unavailable"
+        assert int(r.headers["retry-after"]) >= 1
         assert await in_doubt(tree, "global") == {"dfw": 1, "ord": 0}
         tree.revive("dfw")
         assert await tree.zone_tree("global").reconcile("dfw") == 1
@@ -95,18 +97,27 @@ def test_lost_claim_answer_in_best_mode(tmp_path: Path) -> None:
 def test_a_cancel_that_arrives_first_refuses_the_request_later(tmp_path: Path) -> None:
     async def scenario(tree: InProcessTree) -> None:
         c = tree.client("dfw")
-        r = await c.post("/strato/v1/requests/cancel", json={"request_id": "r1"})
+        r = await c.post("/strato/v1/requests/cancel", json={"request_id": "r1@global#1"})
         assert r.status_code == 200, r.text
-        assert r.json() == {"request_id": "r1", "released": [],
-                            "forwarded": ["dfw-r1", "dfw-r2"], "deferred": []}
-        # The request reaches a leaf late, under the id the routing zone gave it.
-        late = req(request_id="r1@dfw", hops=1)
-        r = await tree.client("dfw-r2").post("/strato/v1/schedule", json=late)
+        assert r.json() == {"request_id": "r1@global#1", "released": [],
+                            "forwarded": [], "deferred": []}
+        # The request reaches the routing zone late, under the id its parent gave it.
+        late = req(request_id="r1@global#1", hops=1)
+        r = await c.post("/strato/v1/schedule", json=late)
+        assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "strato.request_cancelled"
+        for leaf in ("dfw-r1", "dfw-r2"):
+            assert await allocations(tree, leaf, late["consumers"][0]) == {}
+        # A leaf refuses a late part the same way.
+        r = await tree.client("dfw-r2").post("/strato/v1/requests/cancel",
+                                             json={"request_id": "r1@dfw#2"})
+        assert r.status_code == 200
+        r = await tree.client("dfw-r2").post("/strato/v1/schedule",
+                                             json=req(request_id="r1@dfw#2", hops=2))
         assert r.status_code == 409, r.text
         assert "cancelled" in r.json()["errors"][0]["detail"]
-        assert await allocations(tree, "dfw-r2", late["consumers"][0]) == {}
         # Idempotent, and bad input is named.
-        r = await c.post("/strato/v1/requests/cancel", json={"request_id": "r1"})
+        r = await c.post("/strato/v1/requests/cancel", json={"request_id": "r1@global#1"})
         assert r.status_code == 200
         r = await c.post("/strato/v1/requests/cancel", json={"request": "r1"})
         assert r.status_code == 400
@@ -116,14 +127,23 @@ def test_a_cancel_that_arrives_first_refuses_the_request_later(tmp_path: Path) -
 
 def test_cancel_of_an_unreachable_child_waits_for_it(tmp_path: Path) -> None:
     async def scenario(tree: InProcessTree) -> None:
+        body = req(request_id="r2", constraints=[{"type": "location",
+                                                  "pattern": "dfw/room2/*"}])
+        ans = await schedule(tree, body, zone="dfw")
+        assert ans["placements"][0]["zone"] == "dfw/dfw-r2"
+        consumer = body["consumers"][0]
         tree.kill("dfw-r2")
         r = await tree.client("dfw").post("/strato/v1/requests/cancel",
                                           json={"request_id": "r2"})
         assert r.json()["deferred"] == ["dfw-r2"]
         assert (await in_doubt(tree, "dfw"))["dfw-r2"] == 1
         tree.revive("dfw-r2")
+        assert await allocations(tree, "dfw-r2", consumer)
         assert await tree.zone_tree("dfw").reconcile("dfw-r2") == 1
-        late = req(request_id="r2@dfw", hops=1)
-        r = await tree.client("dfw-r2").post("/strato/v1/schedule", json=late)
+        assert await allocations(tree, "dfw-r2", consumer) == {}
+        # The cancelled id stays refused: a retry gets no second placement.
+        r = await tree.client("dfw").post("/strato/v1/schedule", json=body)
         assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "strato.request_cancelled"
+        strict(tree, set())
     run(tmp_path, scenario)

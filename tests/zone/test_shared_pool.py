@@ -7,20 +7,20 @@ leaves, once holds expire and recovery runs, no orphan and no double claim.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 
-from strato.model import errors
 from strato.model.schedule import RequestGroupSpec, ScheduleRequest
 from strato.sim.invariants import assert_databases
-from strato.store import provisional
-from strato.store.schema import provisional_claims
+from strato.store import ledger, provisional
+from strato.store.schema import provisional_claims, schedule_requests
 from strato.zone import shared
+from strato.zone.attempt import Attempt
 from strato.zone.inprocess import InProcessTree, ZoneSpec, build
 from strato.zone.tree import ZoneTree
 
@@ -151,13 +151,32 @@ def _sub(req: ScheduleRequest, ttl: float) -> ScheduleRequest:
         "hold_ttl": ttl})
 
 
-async def _hold_both(tree: InProcessTree, pool: str) -> tuple[ZoneTree, ScheduleRequest,
-                                                              dict[str, Any]]:
+def _reserve(tree: InProcessTree, rid: str, deadline: float) -> Attempt:
+    with tree.dbs["global"].write() as conn:
+        assert ledger.reserve(conn, rid, deadline)
+    return Attempt(rid, deadline)
+
+
+def _overdue(tree: InProcessTree, rid: str) -> None:
+    """As after a crash and restart: the request's caller stopped waiting."""
+    with tree.dbs["global"].write() as conn:
+        conn.execute(sa.update(schedule_requests)
+                     .where(schedule_requests.c.request_id == rid)
+                     .values(deadline=time.time() - 60))
+
+
+async def _hold_both(tree: InProcessTree, pool: str, rid: str = "split-1"
+                     ) -> tuple[ZoneTree, ScheduleRequest, dict[str, Any]]:
+    """The root's part held, the cell's part held: what schedule_split does
+    before its decision, each part recorded under `rid`."""
     root = zone_tree(tree, "global")
     req = ScheduleRequest.model_validate(body(1))
+    attempt = _reserve(tree, rid, time.time() + 300)
+    with tree.dbs["global"].write() as conn:
+        ledger.add_part(conn, rid, shared.POOL, rid, req.consumers)
     await asyncio.to_thread(root.local.hold_shared, list(req.consumers), pool,
-                            {"DISK_GB": 100}, req, 30.0)
-    answer = await root.decide_children(_sub(req, 30.0), [])
+                            {"DISK_GB": 100}, req, 30.0, rid)
+    answer = await root.decide_children(_sub(req, 30.0), attempt, [])
     assert answer is not None
     return root, req, answer
 
@@ -167,10 +186,10 @@ def test_crash_after_the_root_held_its_part(tmp_path: Path) -> None:
         root = zone_tree(tree, "global")
         req = ScheduleRequest.model_validate(body(1))
         await asyncio.to_thread(root.local.hold_shared, list(req.consumers), pool,
-                                {"DISK_GB": 100}, req, 30.0)
+                                {"DISK_GB": 100}, req, 30.0, "r")
         # ... the root dies here; on restart its hold has expired.
         expire_all(tree, "global")
-        assert (await shared.recover(root))["released"] == 1
+        assert (await root.recover())["released"] == 1
         assert await allocations(tree, "global", req.consumers[0]) == {}
         check(tree)
     run(tmp_path, scenario)
@@ -181,28 +200,48 @@ def test_crash_after_both_held_before_the_decision(tmp_path: Path) -> None:
         root, req, _ = await _hold_both(tree, pool)
         expire_all(tree, "global")
         expire_all(tree, "c1")
-        await shared.recover(root)
-        await shared.recover(zone_tree(tree, "c1"))
+        await root.recover()
+        await zone_tree(tree, "c1").recover()
         for z in ("global", "c1"):
             assert await allocations(tree, z, req.consumers[0]) == {}
         check(tree)
     run(tmp_path, scenario)
 
 
-def test_crash_after_the_decision_is_finished_by_recovery(tmp_path: Path) -> None:
+def _decide(tree: InProcessTree, req: ScheduleRequest, answer: dict[str, Any]
+            ) -> list[dict[str, Any]]:
+    parts = shared.remote_parts(answer)
+    with tree.dbs["global"].write() as conn:
+        assert provisional.mark_committing(conn, list(req.consumers), parts)
+    return parts
+
+
+def test_a_decision_whose_request_is_at_work_is_left_to_it(tmp_path: Path) -> None:
+    """The split decided and its worker is still in time: recovery waits."""
     async def scenario(tree: InProcessTree, pool: str) -> None:
         root, req, answer = await _hold_both(tree, pool)
-        parts = shared._remote_parts(root, answer)
-        with tree.dbs["global"].write() as conn:
-            assert provisional.mark_committing(conn, list(req.consumers), parts)
-        # ... the root dies before confirming the cell; recovery finishes.
-        assert (await shared.recover(root))["finished"] == 1
-        assert await allocations(tree, "global", req.consumers[0])
-        assert await allocations(tree, "c1", req.consumers[0])
+        _decide(tree, req, answer)
+        assert (await root.recover())["finished"] == 0
+        assert len(pending(tree, "global")) == 1
+    run(tmp_path, scenario)
+
+
+def test_a_decision_left_by_a_crash_is_undone_at_its_deadline(tmp_path: Path) -> None:
+    """The root died after deciding, before confirming: its caller was never
+    answered (and will cancel it). Past the deadline recovery undoes every part."""
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root, req, answer = await _hold_both(tree, pool)
+        _decide(tree, req, answer)
+        _overdue(tree, "split-1")
+        done = await root.recover()
+        assert done["undone"] == 1 and done["finished"] == 0
+        for z in ("global", "c1"):
+            assert await allocations(tree, z, req.consumers[0]) == {}
         assert pending(tree, "global") == [] and pending(tree, "c1") == []
-        # A later expiry round changes nothing: the parts are permanent.
-        await shared.recover(zone_tree(tree, "c1"))
-        assert await allocations(tree, "c1", req.consumers[0])
+        # The request's id is free again: a retry works afresh.
+        await root.recover()
+        with tree.dbs["global"].read() as conn:
+            assert ledger.lookup(conn, "split-1") is None
         check(tree)
     run(tmp_path, scenario)
 
@@ -210,12 +249,11 @@ def test_crash_after_the_decision_is_finished_by_recovery(tmp_path: Path) -> Non
 def test_decided_but_the_cell_part_expired_first(tmp_path: Path) -> None:
     async def scenario(tree: InProcessTree, pool: str) -> None:
         root, req, answer = await _hold_both(tree, pool)
-        parts = shared._remote_parts(root, answer)
-        with tree.dbs["global"].write() as conn:
-            assert provisional.mark_committing(conn, list(req.consumers), parts)
+        _decide(tree, req, answer)
         expire_all(tree, "c1")
-        await shared.recover(zone_tree(tree, "c1"))  # the cell releases its part
-        await shared.recover(root)  # the confirm is refused: the root undoes its part
+        await zone_tree(tree, "c1").recover()  # the cell releases its part
+        _overdue(tree, "split-1")
+        await root.recover()
         for z in ("global", "c1"):
             assert await allocations(tree, z, req.consumers[0]) == {}
         assert pending(tree, "global") == []
@@ -223,36 +261,43 @@ def test_decided_but_the_cell_part_expired_first(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
-def test_crash_after_the_cell_confirmed(tmp_path: Path) -> None:
+def test_crash_after_the_cell_confirmed_undoes_the_confirmed_part_too(
+        tmp_path: Path) -> None:
     async def scenario(tree: InProcessTree, pool: str) -> None:
         root, req, answer = await _hold_both(tree, pool)
-        parts = shared._remote_parts(root, answer)
-        with tree.dbs["global"].write() as conn:
-            assert provisional.mark_committing(conn, list(req.consumers), parts)
+        parts = _decide(tree, req, answer)
         r = await tree.client("global").post("/strato/v1/claims/confirm", json={
             "path": [parts[0]["child"], *parts[0]["path"]], "consumers": list(req.consumers)})
         assert r.status_code == 200, r.text
-        # ... the root dies before marking its own part done.
-        assert (await shared.recover(root))["finished"] == 1
-        assert await allocations(tree, "global", req.consumers[0])
-        assert await allocations(tree, "c1", req.consumers[0])
+        # ... the root dies before marking its own part done; its caller was
+        # never answered. The confirmed part is cancelled by its part id.
+        _overdue(tree, "split-1")
+        assert (await root.recover())["undone"] == 1
+        for z in ("global", "c1"):
+            assert await allocations(tree, z, req.consumers[0]) == {}
         check(tree)
     run(tmp_path, scenario)
 
 
-def test_a_cell_that_does_not_confirm_leaves_the_outcome_pending(tmp_path: Path) -> None:
-    """Decided, then the cell is unreachable for every confirm: the answer is
-    `strato.outcome_pending` (not "nothing claimed", which a client would resend),
-    and recovery completes the placement once the cell is back."""
+def test_a_cell_that_does_not_confirm_is_not_an_answer(tmp_path: Path) -> None:
+    """Decided, then the cell's confirm answers are lost: 503 (nothing stays
+    placed, retry), and every part is undone once the cell answers again."""
     async def scenario(tree: InProcessTree, pool: str) -> None:
-        root, req, answer = await _hold_both(tree, pool)
-        tree.kill("c1")
-        with pytest.raises(errors.Conflict) as caught:
-            await shared._commit(root, list(req.consumers), answer)
-        assert caught.value.code == errors.OUTCOME_PENDING
+        b = body(1)
+        b["request_id"] = "confirm-lost"
+        root = zone_tree(tree, "global")
+        tree.lose_answers("c1", "/strato/v1/claims/confirm")
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        assert r.json()["errors"][0]["code"] == "strato.zone_unavailable"
         tree.revive("c1")
-        assert (await shared.recover(root))["finished"] == 1
-        assert await allocations(tree, "global", req.consumers[0])
-        assert await allocations(tree, "c1", req.consumers[0])
+        await root.reconcile("c1")
+        await zone_tree(tree, "c1").recover()
+        for z in ("global", "c1"):
+            assert await allocations(tree, z, b["consumers"][0]) == {}
+        # Retried with the same id: placed, once.
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 200, r.text
         check(tree)
     run(tmp_path, scenario)
+

@@ -154,15 +154,20 @@ def test_dead_child_is_skipped_marked_unhealthy_and_rejoins(tmp_path: Path) -> N
         kids = (await tree.client("global").get("/strato/v1/children")).json()["children"]
         health = {k["name"]: k["health"] for k in kids}
         assert health["ord"]["healthy"] is False and health["dfw"]["healthy"] is True
-        r = await tree.client("global").post("/strato/v1/schedule", json=req(
-            1, constraints=[{"type": "tags", "required": ["hipaa"]}]))
-        assert r.status_code == 409
+        # Only ord has hipaa hosts: an outage, not "nothing fits", and not kept.
+        hipaa = req(1, constraints=[{"type": "tags", "required": ["hipaa"]}],
+                    request_id="hipaa-1")
+        r = await tree.client("global").post("/strato/v1/schedule", json=hipaa)
+        assert r.status_code == 503, r.text
+        assert r.json()["errors"][0]["code"] == "strato.zone_unavailable"
+        assert "ord" in r.json()["errors"][0]["detail"]
+        assert int(r.headers["retry-after"]) >= 1
         tree.revive("ord")
         tree_obj = tree.apps["global"].state.tree
         tree_obj.health["ord"].next_probe = 0.0  # the backoff has elapsed
-        ans = await schedule(tree, req(1, constraints=[{"type": "tags",
-                                                         "required": ["hipaa"]}]))
+        ans = await schedule(tree, hipaa)
         assert ans["placements"][0]["zone"] == "global/ord/ord-r1"
+        assert not ans.get("replayed")
     run(tmp_path, scenario)
 
 

@@ -9,28 +9,29 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps
-from strato.api.responses import REQUEST_ID_KEY, error_body, json_response
+from strato.api.responses import REQUEST_ID_KEY, json_response, strato_error_response
 from strato.model import errors
 from strato.model.schedule import ScheduleAnswer, ScheduleRequest
-from strato.zone.scheduler import LocalScheduler, NoValidPlacement
+from strato.zone.scheduler import NoValidPlacement
 from strato.zone.tree import ZoneTree
 
 router = APIRouter(prefix="/strato/v1", tags=["schedule"])
 
-_409: dict[int | str, dict[str, Any]] = {409: {"description": (
-    "No valid placement: code `strato.no_valid_placement`, with `explain` beside `errors`; "
-    "or a consumer that already exists (`placement.concurrent_update`).")}}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    409: {"description": (
+        "No valid placement: code `strato.no_valid_placement`, with `explain` beside "
+        "`errors` (kept: a retry with the same `request_id` gets it again); a consumer that "
+        "already exists (`placement.concurrent_update`); a request with the same "
+        "`request_id` still at work (`strato.request_in_progress`: retry).")},
+    503: {"description": (
+        "Part of the zone tree could not be asked and nothing else fits, or the request's "
+        "deadline passed (`strato.zone_unavailable`, with `Retry-After`): nothing was "
+        "claimed or kept; retry with the same `request_id`.")}}
 MAX_HOPS = 16
-
-
-def get_scheduler(request: Request) -> LocalScheduler:
-    scheduler: LocalScheduler = request.app.state.scheduler
-    return scheduler
 
 
 def get_tree(request: Request) -> ZoneTree:
@@ -38,38 +39,38 @@ def get_tree(request: Request) -> ZoneTree:
     return tree
 
 
-def _no_valid(request: Request, exc: NoValidPlacement) -> Response:
-    body = error_body(409, "Conflict", exc.detail, exc.code,
-                      request.scope.get(REQUEST_ID_KEY))
-    body["explain"] = exc.explain
-    return json_response(body, 409)
-
-
-def _hops(body: ScheduleRequest) -> None:
+def check_hops(body: ScheduleRequest) -> None:
     if body.hops > MAX_HOPS:
         raise errors.BadRequest(f"hops: the request crossed {body.hops} zones; the zone tree "
                                 "has a loop or is deeper than allowed")
 
 
-@router.post("/schedule", response_model=ScheduleAnswer, responses=_409)
+async def schedule_response(tree: ZoneTree, body: ScheduleRequest, rid: str | None
+                            ) -> Response:
+    """The one implementation of POST /strato/v1/schedule once its body is read,
+    validated and the caller allowed (the route, and the lean path of api/fast.py)."""
+    try:
+        return json_response(await tree.schedule(body))
+    except errors.StratoError as exc:
+        return strato_error_response(exc, rid)
+
+
+@router.post("/schedule", response_model=ScheduleAnswer, responses=_ERRORS)
 async def create_schedule(request: Request, body: ScheduleRequest) -> Response:
     """Filter, weigh and claim: place every consumer (or none, when atomic), or explain
     why not. A repeated `request_id` returns the first answer and claims nothing."""
     deps.require_admin(request, "strato:schedule:create")
-    _hops(body)
-    try:
-        answer = await get_tree(request).schedule(body)
-    except NoValidPlacement as exc:
-        await run_in_threadpool(get_scheduler(request).record_failure, body, exc)
-        return _no_valid(request, exc)
-    return json_response(answer)
+    check_hops(body)
+    rid = request.scope.get(REQUEST_ID_KEY)
+    return await schedule_response(get_tree(request), body,
+                                   rid if isinstance(rid, str) else None)
 
 
 @router.post("/explain", response_model=ScheduleAnswer)
 async def create_explain(request: Request, body: ScheduleRequest) -> Response:
     """A dry run that always explains what each stage removed; claims nothing."""
     deps.require_admin(request, "strato:schedule:explain")
-    _hops(body)
+    check_hops(body)
     dry = body.model_copy(update={"dry_run": True, "explain": True, "request_id": None})
     try:
         return json_response(await get_tree(request).schedule(dry))

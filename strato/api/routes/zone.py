@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from typing import Any
 
@@ -17,8 +19,7 @@ from strato.model import errors
 from strato.model.location import LocationError, canonical_location, canonical_tags
 from strato.store import children as store
 from strato.store import provisional
-from strato.zone.transport import Unreachable
-from strato.zone.tree import ZoneTree, child_request_id
+from strato.zone.tree import ZoneTree
 
 router = APIRouter(prefix="/strato/v1", tags=["zone tree"])
 _ZONE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -39,6 +40,11 @@ class ChildSpec(BaseModel):
     tags: list[str] = Field(default_factory=list)
     credential: str | None = Field(default=None, max_length=1024,
                                    description="Token this zone sends when calling the child.")
+    identity: str | None = Field(
+        default=None, min_length=16, max_length=256,
+        description="The child zone's own secret identity (sent by `strato serve "
+        "--parent`): only the zone holding it may re-register a name that is registered "
+        "to a live zone.")
 
     @field_validator("url")
     @classmethod
@@ -87,13 +93,15 @@ class ClaimRequest(BaseModel):
         description="Idempotency key: a repeat answers as the first did, and "
         "POST /strato/v1/requests/cancel undoes the claim.")
     placements: list[ClaimPlacement] = Field(min_length=1, max_length=1000)
+    deadline: float | None = Field(default=None, gt=0, le=2**40,
+                                   description="Unix time after which nothing is claimed.")
 
 
 def _view(tree: ZoneTree, c: store.Child, doubt: dict[str, int] | None = None
           ) -> dict[str, Any]:
     cached = tree.cache.get(c.name)
     return {"name": c.name, "url": c.url, "location_prefix": c.location_prefix,
-            "tags": list(c.tags), "health": tree._health(c.name).as_dict(),
+            "tags": list(c.tags), "health": tree.health_of(c.name).as_dict(),
             "in_doubt": (doubt or {}).get(c.name, 0),
             "summary": cached.body if cached else None}
 
@@ -120,14 +128,27 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
     """Add (201) or update (200) a child zone; its summary is fetched at once."""
     deps.require_admin(request, "strato:children:create")
     tree = tree_of(request)
+    identity = None if body.identity is None else hashlib.sha256(
+        body.identity.encode()).hexdigest()
+
+    def read() -> store.Child | None:
+        with deps.db(request).read() as conn:
+            return store.find_child(conn, body.name)
+    known = await run_in_threadpool(read)
+    if known is not None and not _same_zone(known, body.url, identity) \
+            and await tree.answers_as(known):
+        raise errors.Conflict(
+            f"name: zone {body.name!r} is registered to a live zone at {known.url}; only "
+            "that zone (with its own identity) can register the name again. Stop it, or "
+            f"remove it first (DELETE /strato/v1/children/{body.name})")
 
     def write() -> tuple[store.Child, bool]:
         with deps.db(request).write() as conn:
             return store.upsert_child(conn, body.name, body.url, body.location_prefix,
-                                      body.tags, body.credential)
+                                      body.tags, body.credential, identity)
     child, created = await run_in_threadpool(write)
     tree.forget_children()
-    tree.health.pop(child.name, None)
+    tree.forget_child(child.name)
     if await tree.fetch_summary(child) is not None:
         # A child that comes back registers again: settle what is in doubt there.
         doubt = await tree.in_doubt_counts()
@@ -146,9 +167,16 @@ async def delete_child(request: Request, name: str) -> Response:
             store.delete_child(conn, name)
     await run_in_threadpool(write)
     tree.forget_children()
-    tree.cache.pop(name, None)
-    tree.health.pop(name, None)
+    tree.forget_child(name)
     return Response(status_code=204)
+
+
+def _same_zone(known: store.Child, url: str, identity: str | None) -> bool:
+    """A registration from the zone already known by this name: same identity,
+    or (for a zone registered without one) the same address."""
+    if known.identity_hash is not None and identity is not None:
+        return hmac.compare_digest(known.identity_hash, identity)
+    return known.url == url
 
 
 class PendingRequest(BaseModel):
@@ -159,29 +187,10 @@ class PendingRequest(BaseModel):
     consumers: list[str] = Field(min_length=1, max_length=1000)
 
 
-async def _forward(tree: ZoneTree, path: list[str], route: str, payload: dict[str, Any]
-                   ) -> Response:
-    """Pass a claim message one level down the zone path. A claim whose answer
-    is lost on the way is recorded in doubt here and cancelled at the child
-    when it answers again; the caller sees a conflict and goes elsewhere."""
-    kids = {c.name: c for c in await tree.children()}
-    child = kids.get(path[0])
-    if child is None:
-        raise errors.NotFound(f"path: no child zone named {path[0]!r}")
-    rid = payload.get("request_id")
-    if rid is not None:
-        payload = {**payload, "request_id": child_request_id(rid, tree.config.name)}
-    try:
-        reply = await tree.transport.call(
-            child.url, "POST", route, token=child.credential,
-            json={**payload, "path": path[1:]}, timeout=tree.config.child_timeout)
-    except Unreachable as exc:
-        tree._health(child.name).failed(exc.why)
-        if exc.maybe_delivered and rid is not None:
-            await tree.note_in_doubt(child.name, payload["request_id"],
-                                     [p["consumer_uuid"] for p in payload["placements"]],
-                                     exc.why)
-        raise errors.Conflict(f"child zone {child.name} did not answer: {exc.why}") from None
+async def _forward(tree: ZoneTree, route: str, payload: dict[str, Any]) -> Response:
+    """Pass a claim message one level down the zone path (see
+    ZoneTree.forward_claim: recorded as a part of its request first)."""
+    reply = await tree.forward_claim(route, payload)
     return json_response(reply.body, reply.status)
 
 
@@ -193,7 +202,7 @@ async def create_claim(request: Request, body: ClaimRequest) -> Response:
     tree = tree_of(request)
     payload = body.model_dump(mode="json")
     if body.path:
-        return await _forward(tree, body.path, "/strato/v1/claims", payload)
+        return await _forward(tree, "/strato/v1/claims", payload)
     return json_response(await run_in_threadpool(tree.local.claim_placements, payload))
 
 
@@ -204,8 +213,7 @@ async def confirm_claims(request: Request, body: PendingRequest) -> Response:
     deps.require_admin(request, "strato:claims:confirm")
     tree = tree_of(request)
     if body.path:
-        return await _forward(tree, body.path, "/strato/v1/claims/confirm",
-                              body.model_dump(mode="json"))
+        return await _forward(tree, "/strato/v1/claims/confirm", body.model_dump(mode="json"))
 
     def work() -> tuple[list[str], list[str]]:
         with deps.db(request).write() as conn:
@@ -223,14 +231,12 @@ async def release_claims(request: Request, body: PendingRequest) -> Response:
     deps.require_admin(request, "strato:claims:release")
     tree = tree_of(request)
     if body.path:
-        return await _forward(tree, body.path, "/strato/v1/claims/release",
-                              body.model_dump(mode="json"))
+        return await _forward(tree, "/strato/v1/claims/release", body.model_dump(mode="json"))
 
     def work() -> list[str]:
         with deps.db(request).write() as conn:
             return provisional.release(conn, body.consumers)
     return json_response({"released": await run_in_threadpool(work)})
-
 
 
 class CancelRequest(BaseModel):

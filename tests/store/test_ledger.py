@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from strato.store import schedule_requests as store
+from strato.store import ledger as store
 from strato.store.db import Database
 from strato.store.schema import schedule_requests
 from strato.store.util import utcnow

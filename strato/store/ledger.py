@@ -1,0 +1,182 @@
+"""The request ledger: every schedule request a zone works on, by request id.
+
+A request id is reserved (state ``placing``) before any work, in its own
+transaction at a routing zone and in the claim's transaction at a zone that
+places on its own providers, so two requests with one id never both work:
+the second finds the reservation and waits for, or replays, the first's
+answer. The final answer is written once, and only over ``placing``: a
+request cancelled meanwhile stays cancelled and its work is undone.
+
+Every part a request creates elsewhere (a child's schedule or claim, a pool
+hold, this zone's own placement under a part id) is recorded under the
+request's id *before* it is asked for, so one cancel finds and undoes all of
+it, even after a crash.
+
+States: placing -> placed | refused | cancelled. An outage is not an
+answer: a request that could not be placed because part of the tree was
+unreachable gives its reservation back (a retry works afresh), and one whose
+worker died is marked ``abandoned`` by recovery while its parts are undone,
+then given back too.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from strato.store.schema import request_parts, schedule_requests
+from strato.store.util import insert_ignore, utcnow
+
+sr = schedule_requests
+
+
+class State(enum.IntEnum):
+    """A request's state, stored as the HTTP status its answer has."""
+
+    PLACING = 0
+    PLACED = 200
+    REFUSED = 409
+    CANCELLED = 410
+    # Its worker died or its deadline passed mid-way: parts being undone.
+    ABANDONED = 503
+
+
+FINAL = (State.PLACED, State.REFUSED, State.CANCELLED)
+# Kept for callers that spell the status.
+CANCELLED = State.CANCELLED
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    request_id: str
+    state: State
+    body: dict[str, Any]
+    deadline: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    child: str  # "" for this zone's own providers
+    part_id: str
+    consumers: tuple[str, ...]
+
+
+def lookup(conn: Connection, request_id: str) -> Entry | None:
+    row = conn.execute(sa.select(sr.c.status, sr.c.response, sr.c.deadline)
+                       .where(sr.c.request_id == request_id)).first()
+    if row is None:
+        return None
+    return Entry(request_id, State(int(row[0])), orjson.loads(row[1]),
+                 None if row[2] is None else float(row[2]))
+
+
+def get_answer(conn: Connection, request_id: str) -> tuple[int, dict[str, Any]] | None:
+    """(status, body) of a finished request; None if unknown or not finished."""
+    entry = lookup(conn, request_id)
+    if entry is None or entry.state not in FINAL:
+        return None
+    return int(entry.state), entry.body
+
+
+def reserve(conn: Connection, request_id: str, deadline: float | None = None) -> bool:
+    """Claim `request_id` for this transaction; False if another one has it.
+
+    One statement: an insert that does nothing on a conflict (on PostgreSQL it
+    waits for a concurrent transaction holding the same id to end).
+    """
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    res = conn.execute(
+        dialect.insert(sr).on_conflict_do_nothing().returning(sr.c.request_id),
+        {"request_id": request_id, "status": State.PLACING, "response": "{}",
+         "created_at": utcnow(), "deadline": deadline})
+    return res.first() is not None
+
+
+def finish(conn: Connection, request_id: str, status: int, body: dict[str, Any], *,
+           only_placing: bool = False) -> bool:
+    """Write the final answer; with `only_placing`, only over a reservation still
+    placing (False if it was cancelled or abandoned meanwhile)."""
+    q = sa.update(sr).where(sr.c.request_id == request_id)
+    if only_placing:
+        q = q.where(sr.c.status == State.PLACING)
+    res = conn.execute(q.values(status=status, response=orjson.dumps(body).decode()))
+    return bool(res.rowcount)
+
+
+def give_back(conn: Connection, request_id: str) -> None:
+    """Forget a reservation that reached no answer (an outage), so that a retry
+    works afresh. Final answers are never forgotten here."""
+    conn.execute(sa.delete(sr).where(sr.c.request_id == request_id,
+                                     sr.c.status.in_([State.PLACING, State.ABANDONED])))
+
+
+def abandon(conn: Connection, request_id: str) -> bool:
+    """Take over a reservation still placing (its deadline passed, or its
+    worker died): True if this call did, and now owns undoing its parts."""
+    res = conn.execute(sa.update(sr).where(sr.c.request_id == request_id,
+                                           sr.c.status == State.PLACING)
+                       .values(status=State.ABANDONED))
+    return bool(res.rowcount)
+
+
+def overdue(conn: Connection, now: float, limit: int = 100) -> list[str]:
+    """Requests still placing (or abandoned) whose deadline passed before `now`."""
+    return list(conn.execute(
+        sa.select(sr.c.request_id)
+        .where(sr.c.status.in_([State.PLACING, State.ABANDONED]), sr.c.deadline.is_not(None),
+               sr.c.deadline < now).limit(limit)).scalars())
+
+
+def add_part(conn: Connection, request_id: str, child: str, part_id: str,
+             consumers: Sequence[str]) -> None:
+    insert_ignore(conn, request_parts, [{
+        "request_id": request_id, "child": child, "part_id": part_id,
+        "consumers": orjson.dumps(list(consumers)).decode(), "created_at": utcnow()}])
+
+
+def parts(conn: Connection, request_id: str) -> list[Part]:
+    rp = request_parts
+    return [Part(r.child, r.part_id, tuple(orjson.loads(r.consumers)))
+            for r in conn.execute(sa.select(rp).where(rp.c.request_id == request_id)
+                                  .order_by(rp.c.id))]
+
+
+def purge(conn: Connection, before: datetime, limit: int = 10_000) -> int:
+    """Forget up to `limit` finished answers (and their parts) created before
+    `before`; how many went. A request still placing is never purged."""
+    old = list(conn.execute(sa.select(sr.c.request_id)
+                            .where(sr.c.created_at < before, sr.c.status.in_(FINAL))
+                            .limit(limit)).scalars())
+    if not old:
+        return 0
+    conn.execute(sa.delete(request_parts).where(request_parts.c.request_id.in_(old)))
+    res = conn.execute(sa.delete(sr).where(sr.c.request_id.in_(old)))
+    return max(0, int(res.rowcount or 0))
+
+
+def cancel(conn: Connection, request_id: str) -> dict[str, Any] | None:
+    """Mark `request_id` cancelled (idempotent). Returns the answer it had if it
+    had placed something, for the caller to undo; None otherwise.
+
+    A request that never arrived leaves a tombstone: if it arrives later, it
+    is refused rather than placed. One still placing is marked cancelled: its
+    worker finds that when it would write its answer, and undoes its work.
+    """
+    body = {"detail": "request cancelled by the parent zone, which lost its answer "
+                      "(timeout or broken connection) and placed it elsewhere"}
+    if reserve(conn, request_id):
+        finish(conn, request_id, State.CANCELLED, body)
+        return None
+    entry = lookup(conn, request_id)
+    if entry is None or entry.state == State.CANCELLED:
+        return None
+    finish(conn, request_id, State.CANCELLED, {**body, "cancelled_status": int(entry.state)})
+    return entry.body if entry.state == State.PLACED else None

@@ -1,0 +1,21 @@
+"""Facts about this zone itself, kept in its own database."""
+
+from __future__ import annotations
+
+import secrets
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from strato.store.schema import zone_meta
+from strato.store.util import insert_ignore
+
+IDENTITY = "identity"
+
+
+def identity(conn: Connection) -> str:
+    """This zone's secret identity, made once: it proves to a parent that a
+    re-registration comes from the same zone (after a restart, a new URL)."""
+    insert_ignore(conn, zone_meta, [{"key": IDENTITY, "value": secrets.token_urlsafe(32)}])
+    return str(conn.execute(sa.select(zone_meta.c.value)
+                            .where(zone_meta.c.key == IDENTITY)).scalar_one())

@@ -1,0 +1,134 @@
+"""What one request at a routing zone knows while it works: its ledger id, its
+deadline, what each zone it tried answered; and each child's health.
+
+Kept apart from ``tree.py`` so that ``shared.py`` (the cross-zone split) and
+the routes use these without importing the tree.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import random
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+# A child that failed is probed again after this long, doubling per failure
+# up to MAX_BACKOFF_S: a healed child is used again within seconds.
+FIRST_BACKOFF_S = 0.25
+MAX_BACKOFF_S = 4.0
+# A zone keeps this share of its remaining time for itself (to answer, and to
+# undo what a late child did); the rest is its children's budget.
+KEEP_SHARE = 0.2
+MIN_KEEP_S = 0.05
+
+
+class Result(enum.StrEnum):
+    """What asking one zone (or this zone's own providers) came to."""
+
+    PRUNED = "pruned"                       # its summary or metadata cannot fit it
+    NO_VALID_PLACEMENT = "no_valid_placement"
+    CONFLICT = "conflict"                   # a claim lost a race; definite for this try
+    UNHEALTHY = "unhealthy"                 # skipped: failed recently, probe not due
+    TIMEOUT = "timeout"
+    UNREACHABLE = "unreachable"
+    IN_DOUBT = "in_doubt"                   # may have acted; cancelled when it answers
+    UNAVAILABLE = "unavailable"             # answered 503: part of its subtree is down
+    FAULTY = "faulty"                       # answered something malformed or inconsistent
+    ERROR = "error"                         # any other failure
+
+    @property
+    def outage(self) -> bool:
+        """Not an answer about capacity: the zone could not be (fully) asked."""
+        return self not in (Result.PRUNED, Result.NO_VALID_PLACEMENT, Result.CONFLICT)
+
+
+@dataclass(slots=True)
+class Outcome:
+    zone: str
+    outcome: Result
+    reason: str
+    explain: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"zone": self.zone or "(own providers)",
+                               "outcome": str(self.outcome), "reason": self.reason}
+        if self.explain:
+            out["explain"] = self.explain
+        return out
+
+
+def outage(outcomes: list[Outcome]) -> list[Outcome]:
+    return [o for o in outcomes if o.outcome.outage]
+
+
+@dataclass(slots=True)
+class Health:
+    """A child's health: suspect after one failure, probed with bounded backoff."""
+
+    healthy: bool = True
+    failures: int = 0
+    last_error: str | None = None
+    last_ok: float | None = None
+    next_probe: float = 0.0
+
+    def failed(self, why: str) -> None:
+        self.healthy = False
+        self.failures += 1
+        self.last_error = why
+        delay = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** min(self.failures - 1, 8))
+        self.next_probe = time.monotonic() + delay * (0.8 + 0.4 * random.random())
+
+    def ok(self) -> None:
+        self.healthy = True
+        self.failures = 0
+        self.last_error = None
+        self.last_ok = time.monotonic()
+
+    def due(self) -> bool:
+        return self.healthy or time.monotonic() >= self.next_probe
+
+    def retry_after(self) -> float:
+        return max(0.0, self.next_probe - time.monotonic())
+
+    def as_dict(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {"healthy": self.healthy, "failures": self.failures,
+                "last_error": self.last_error,
+                "seconds_since_ok": None if self.last_ok is None else round(now - self.last_ok,
+                                                                            3),
+                "next_probe_in": (None if self.healthy
+                                  else round(max(0.0, self.next_probe - now), 3))}
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One schedule request being worked on at a routing zone."""
+
+    request_id: str  # as this zone's ledger knows it
+    deadline: float  # unix time
+
+    def remaining(self) -> float:
+        return self.deadline - time.time()
+
+    def child_deadline(self, cap: float, share: float = 1.0) -> float:
+        """The deadline a child gets: at most `cap` seconds from now, less than
+        ours by the share this zone keeps to answer and undo, and only `share`
+        of the rest when other zones may have to be asked after it (a hung
+        child must not use up the time of its siblings)."""
+        now = time.time()
+        left = self.deadline - now
+        keep = max(MIN_KEEP_S, KEEP_SHARE * left)
+        return now + max(0.0, min(cap, (left - keep) * share))
+
+
+def part_id(request_id: str, zone: str) -> str:
+    """A fresh id for one part of `request_id` that this zone asks of another
+    (or of its own providers): unique per try, so a retry never collides with
+    a part that was cancelled, and within the 255 characters an id may have."""
+    tail = f"@{zone}#{secrets.token_hex(4)}"
+    if len(request_id) + len(tail) <= 255:
+        return request_id + tail
+    return f"h-{hashlib.sha256(request_id.encode()).hexdigest()}{tail}"[:255]

@@ -1,0 +1,337 @@
+"""The zone protocol's promises, one test per finding of the fault-injection
+audit (issue 12): duplicates at every hop, cancels that reach every part,
+outages that are not answers, deadlines, probes, zone identities.
+
+Each runs a real tree of zone apps (own SQLite each) wired in-process, with
+faults injected on the wire, and checks every zone's own store afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from strato.sim.invariants import check_databases
+from strato.store import ledger
+from strato.zone.attempt import MAX_BACKOFF_S, Health
+from strato.zone.inprocess import InProcessTree, build
+from tests.zone.test_shared_pool import AGG, provider
+from tests.zone.test_tree import TREE, host, req
+
+FAST = {"child_timeout": 1.0, "request_timeout": 3.0, "summary_interval": 0.2}
+LEAVES = ("dfw-r1", "dfw-r2", "ord-r1")
+
+
+async def make(tmp: Path, settings: dict[str, Any] | None = None) -> InProcessTree:
+    tree = build(tmp, TREE, settings={**FAST, **(settings or {})})
+    await tree.link()
+    for leaf, prefix in (("dfw-r1", "dfw/room1"), ("dfw-r2", "dfw/room2"),
+                         ("ord-r1", "ord/room1")):
+        for i in range(3):
+            await host(tree.client(leaf), f"{leaf}-h{i}", f"{prefix}/rack{i}/h{i}")
+    for name in ("global", "dfw", "ord"):
+        await tree.zone_tree(name).refresh(fresh=True)
+    return tree
+
+
+def run(tmp: Path, scenario: Callable[[InProcessTree], Awaitable[None]],
+        settings: dict[str, Any] | None = None) -> None:
+    async def main() -> None:
+        tree = await make(tmp, settings)
+        try:
+            await scenario(tree)
+        finally:
+            await tree.aclose()
+    asyncio.run(main())
+
+
+async def held_at(tree: InProcessTree, consumer: str) -> list[str]:
+    """The zones whose own store holds allocations of `consumer`."""
+    out = []
+    for zone in tree.apps:
+        r = await tree.client(zone).get(f"/allocations/{consumer}")
+        if r.json()["allocations"]:
+            out.append(zone)
+    return out
+
+
+def _parts(tree: InProcessTree, zone: str, request_id: str) -> list[ledger.Part]:
+    with tree.dbs[zone].read() as conn:
+        return ledger.parts(conn, request_id)
+
+
+def invariants(tree: InProcessTree, live: set[str]) -> None:
+    names = list(tree.dbs)
+    found = check_databases([tree.dbs[n] for n in names], names, live)
+    assert found == [], found
+
+
+# -- finding 1: concurrent duplicates ---------------------------------------------------
+
+def test_concurrent_duplicates_at_the_root_place_once(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        bodies = [req(2, request_id=f"dup-{i}") for i in range(8)]
+        # Each body three times at once, all interleaved.
+        sends = [b for b in bodies for _ in range(3)]
+        answers = await asyncio.gather(*(
+            tree.client("global").post("/strato/v1/schedule", json=b) for b in sends))
+        by_id: dict[str, list[Any]] = {}
+        for b, r in zip(sends, answers, strict=True):
+            assert r.status_code == 200, r.text
+            by_id.setdefault(b["request_id"], []).append(
+                sorted((p["consumer_uuid"], p["zone"]) for p in r.json()["placements"]))
+        for rid, seen in by_id.items():
+            assert all(s == seen[0] for s in seen), (rid, seen)
+        consumers = {c for b in bodies for c in b["consumers"]}
+        for c in consumers:
+            assert len(await held_at(tree, c)) == 1
+        invariants(tree, consumers)
+    run(tmp_path, scenario)
+
+
+def test_a_duplicate_at_a_mid_zone_is_answered_once(tmp_path: Path) -> None:
+    """The same part id twice at a routing zone (a retransmission)."""
+    async def scenario(tree: InProcessTree) -> None:
+        b = req(1, request_id="x@global#abcd", hops=1)
+        first, second = await asyncio.gather(
+            tree.client("dfw").post("/strato/v1/schedule", json=b),
+            tree.client("dfw").post("/strato/v1/schedule", json=b))
+        assert first.status_code == second.status_code == 200
+        assert first.json()["placements"] == second.json()["placements"]
+        assert len(await held_at(tree, b["consumers"][0])) == 1
+    run(tmp_path, scenario)
+
+
+# -- finding 3: a retry while the first attempt runs ------------------------------------
+
+def test_a_retry_during_the_first_attempt_gets_its_answer(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        tree.delay("dfw", 0.5, "/strato/v1/schedule")
+        tree.delay("ord", 0.5, "/strato/v1/schedule")
+        b = req(1, request_id="slow")
+        first = asyncio.ensure_future(tree.client("global").post("/strato/v1/schedule",
+                                                                 json=b))
+        await asyncio.sleep(0.1)  # the first is at work below
+        retry = await tree.client("global").post("/strato/v1/schedule", json=b)
+        got = await first
+        assert got.status_code == 200, got.text
+        assert retry.status_code == 200, retry.text
+        assert retry.json()["placements"] == got.json()["placements"]
+        assert retry.json()["replayed"] is True
+        assert len(await held_at(tree, b["consumers"][0])) == 1
+    run(tmp_path, scenario)
+
+
+def test_a_duplicate_that_waits_too_long_is_told_in_progress(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        tree.delay("dfw", 0.8, "/strato/v1/schedule")
+        tree.delay("ord", 0.8, "/strato/v1/schedule")
+        b = req(1, request_id="slower")
+        first = asyncio.ensure_future(tree.client("global").post("/strato/v1/schedule",
+                                                                 json=b))
+        await asyncio.sleep(0.1)
+        hurried = {**b, "deadline": time.time() + 0.3}
+        r = await tree.client("global").post("/strato/v1/schedule", json=hurried)
+        assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "strato.request_in_progress"
+        assert (await first).status_code == 200
+    run(tmp_path, scenario, {"child_timeout": 2.0})
+
+
+# -- finding 2: a cancel reaches every part of a split ----------------------------------
+
+def test_cancel_after_a_split_undoes_the_pool_and_the_cell_part(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        # A disk pool at dfw shared with dfw-r1's hosts: a split at dfw.
+        await provider(tree.client("dfw"), "dfw-disk", {"DISK_GB": {"total": 1000}},
+                       traits=["MISC_SHARES_VIA_AGGREGATE"], aggs=[AGG])
+        await provider(tree.client("dfw-r1"), "dfw-r1-agg",
+                       {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}}, aggs=[AGG])
+        for name in ("dfw", "global"):
+            await tree.zone_tree(name).refresh(fresh=True)
+        b = req(1, request_id="split-me")
+        b["groups"] = [{"resources": {"VCPU": 1, "DISK_GB": 10}}]
+        # The root loses dfw's answer: dfw placed the split (pool + cell); the
+        # root cannot know, answers 503, and cancels it at once (dfw answers).
+        tree.lose_answers("dfw", "/strato/v1/schedule")
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        consumer = b["consumers"][0]
+        assert await held_at(tree, consumer) == []
+        invariants(tree, set())
+        # The retry places it, once, split again.
+        tree.revive("dfw")
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 200, r.text
+        assert sorted(await held_at(tree, consumer)) == ["dfw", "dfw-r1"]
+        invariants(tree, {consumer})
+        # Its parent lost that answer too: the cancel reaches both parts, the
+        # cell's once the cell answers again.
+        (part,) = [p for p in _parts(tree, "global", "split-me") if p.child == "dfw"][-1:]
+        tree.kill("dfw-r1")
+        r = await tree.client("dfw").post("/strato/v1/requests/cancel",
+                                          json={"request_id": part.part_id})
+        assert r.status_code == 200, r.text
+        assert r.json()["deferred"] == ["dfw-r1"]
+        assert await held_at(tree, consumer) == ["dfw-r1"]
+        tree.revive("dfw-r1")
+        assert await tree.zone_tree("dfw").reconcile("dfw-r1") == 1
+        assert await held_at(tree, consumer) == []
+        invariants(tree, set())
+    run(tmp_path, scenario)
+
+
+# -- finding 4: an outage is not an answer ----------------------------------------------
+
+def test_outage_answers_503_and_a_retry_after_healing_places(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        tree.kill("dfw")
+        tree.kill("ord")
+        b = req(1, request_id="during-outage")
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        err = r.json()["errors"][0]
+        assert err["code"] == "strato.zone_unavailable"
+        assert "dfw" in err["detail"] and "ord" in err["detail"]
+        assert int(r.headers["retry-after"]) >= 1
+        tree.revive("dfw")
+        tree.revive("ord")
+        for h in tree.zone_tree("global").health.values():
+            h.next_probe = 0.0
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 200, r.text
+        assert r.json().get("replayed") is not True
+    run(tmp_path, scenario)
+
+
+def test_a_full_tree_is_a_definite_refusal_and_kept(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        b = req(1, vcpu=64, request_id="too-big")
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "strato.no_valid_placement"
+        again = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert again.status_code == 409
+        assert again.json()["errors"][0]["detail"] == r.json()["errors"][0]["detail"]
+    run(tmp_path, scenario)
+
+
+# -- finding 5: deadlines keep the healthy parts in use ---------------------------------
+
+def test_a_hung_leaf_does_not_make_its_mid_zone_look_dead(tmp_path: Path) -> None:
+    """dfw-r1 hangs: dfw gives it less time than the root gives dfw, so dfw
+    answers (placing in dfw-r2) and the root keeps dfw healthy."""
+    async def scenario(tree: InProcessTree) -> None:
+        tree.delay("dfw-r1", 30.0)
+        for _ in range(3):
+            b = req(1, constraints=[{"type": "location", "pattern": "dfw/*"}])
+            r = await tree.client("global").post("/strato/v1/schedule", json=b)
+            assert r.status_code == 200, r.text
+            assert r.json()["placements"][0]["zone"].startswith("global/dfw/")
+        assert tree.zone_tree("global").health_of("dfw").healthy
+        assert not tree.zone_tree("dfw").health_of("dfw-r1").healthy
+    run(tmp_path, scenario)
+
+
+def test_backoff_is_bounded_so_a_healed_child_is_probed_within_seconds() -> None:
+    h = Health()
+    for _ in range(50):
+        h.failed("down")
+    assert h.retry_after() <= MAX_BACKOFF_S * 1.2
+    h.ok()
+    assert h.healthy and h.due()
+
+
+def test_a_healed_child_is_used_again_by_the_background_probe(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.zone_tree("global")
+        tree.kill("ord")
+        for _ in range(5):  # failures pile up
+            await root.fetch_summary(next(c for c in await root.children()
+                                          if c.name == "ord"))
+        assert not root.health_of("ord").healthy
+        tree.revive("ord")
+        started = time.monotonic()
+        refresher = asyncio.ensure_future(root.run_refresher())
+        try:
+            while not root.health_of("ord").healthy:
+                assert time.monotonic() - started < MAX_BACKOFF_S * 1.5
+                await asyncio.sleep(0.05)
+        finally:
+            refresher.cancel()
+        hipaa = req(1, constraints=[{"type": "location", "pattern": "ord/*"}])
+        r = await tree.client("global").post("/strato/v1/schedule", json=hipaa)
+        assert r.status_code == 200, r.text
+    run(tmp_path, scenario)
+
+
+# -- finding 6: a resumed zone never acts on an expired request -------------------------
+
+def test_a_resumed_zone_does_not_place_what_its_caller_gave_up_on(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        # dfw is "paused": requests reach it after the root's deadline passed.
+        tree.delay("dfw", 2.0, "/strato/v1/schedule")
+        tree.kill("ord")
+        b = req(1, constraints=[{"type": "location", "pattern": "dfw/*"}],
+                deadline=time.time() + 1.0)
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        await tree.transport.settle()  # dfw resumes and sees the request
+        assert await held_at(tree, b["consumers"][0]) == []
+    run(tmp_path, scenario)
+
+
+def test_a_leaf_refuses_a_request_past_its_deadline(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        b = req(1, deadline=time.time() - 1)
+        r = await tree.client("dfw-r1").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        assert "deadline" in r.json()["errors"][0]["detail"]
+        assert await held_at(tree, b["consumers"][0]) == []
+    run(tmp_path, scenario)
+
+
+# -- finding 7: a duplicate zone name never takes over a live child ---------------------
+
+def test_a_second_zone_cannot_take_a_live_childs_name(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+        ident = "a" * 32
+        r = await c.post("/strato/v1/children", json={
+            "name": "dfw", "url": tree.url("dfw"), "location_prefix": "dfw",
+            "identity": ident})
+        assert r.status_code == 200, r.text  # the same zone, now with its identity
+        # Another zone claiming the name, at another address: refused.
+        r = await c.post("/strato/v1/children", json={
+            "name": "dfw", "url": tree.url("ord"), "identity": "b" * 32})
+        assert r.status_code == 409, r.text
+        assert "live zone" in r.json()["errors"][0]["detail"]
+        kids = {k["name"]: k["url"] for k in (await c.get("/strato/v1/children")).json()[
+            "children"]}
+        assert kids["dfw"] == tree.url("dfw")
+        # The real one, moved to a new address, re-registers with its identity.
+        r = await c.post("/strato/v1/children", json={
+            "name": "dfw", "url": tree.url("dfw") + "/", "identity": ident})
+        assert r.status_code == 200, r.text
+        # Once the name's zone is dead, a new zone may take it.
+        tree.kill("dfw")
+        r = await c.post("/strato/v1/children", json={
+            "name": "dfw", "url": tree.url("dfw-r1"), "identity": "c" * 32})
+        assert r.status_code == 200, r.text
+    run(tmp_path, scenario)
+
+
+@pytest.mark.parametrize("ident", ["short", "x" * 300])
+def test_identity_is_bounded(tmp_path: Path, ident: str) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        r = await tree.client("global").post("/strato/v1/children", json={
+            "name": "new", "url": "http://127.0.0.1:9", "identity": ident})
+        assert r.status_code == 400, r.text
+        assert "identity" in r.text
+    run(tmp_path, scenario)
+
