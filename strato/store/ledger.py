@@ -152,12 +152,17 @@ def parts(conn: Connection, request_id: str) -> list[Part]:
 def purge(conn: Connection, before: datetime, limit: int = 10_000) -> int:
     """Forget up to `limit` finished answers (and their parts) created before
     `before`; how many went. A request still placing is never purged."""
+    rp = request_parts
+    # Parts of requests that gave their id back (an outage) have no answer to
+    # go with: they go by their own age.
+    stray = sa.select(rp.c.id).where(rp.c.created_at < before).limit(limit)
+    conn.execute(sa.delete(rp).where(rp.c.id.in_(stray.scalar_subquery())))
     old = list(conn.execute(sa.select(sr.c.request_id)
                             .where(sr.c.created_at < before, sr.c.status.in_(FINAL))
                             .limit(limit)).scalars())
     if not old:
         return 0
-    conn.execute(sa.delete(request_parts).where(request_parts.c.request_id.in_(old)))
+    conn.execute(sa.delete(rp).where(rp.c.request_id.in_(old)))
     res = conn.execute(sa.delete(sr).where(sr.c.request_id.in_(old)))
     return max(0, int(res.rowcount or 0))
 

@@ -854,25 +854,53 @@ class ZoneTree:
 
     async def forward_claim(self, route: str, payload: dict[str, Any]) -> Any:
         """Pass a claim message (POST /strato/v1/claims...) one level down its zone
-        path; a claim is recorded as a part of its request here first, under a
-        fresh part id, so a cancel of the request reaches it."""
+        path. A claim with a request id goes through this zone's ledger like a
+        schedule request: reserved first (a late one after a cancel is refused,
+        a repeat replays), sent under a fresh part id recorded under it."""
         path = payload["path"]
         child = await self.child(path[0])
         if child is None:
             raise errors.NotFound(f"path: no child zone named {path[0]!r}")
         rid = payload.get("request_id")
         consumers = [p["consumer_uuid"] for p in payload.get("placements", [])]
-        if rid is not None:
-            pid = part_id(rid, self.config.name)
-            await self._write(lambda conn: ledger.add_part(conn, rid, child.name, pid,
-                                                           consumers))
-            payload = {**payload, "request_id": pid}
-        reply = await self.call_claim(child, route, {**payload, "path": path[1:]},
-                                      consumers or payload.get("consumers", []),
-                                      time.time() + self.config.child_timeout)
-        if isinstance(reply, Outcome):
-            raise errors.ServiceUnavailable(f"child zone {child.name} did not answer: "
-                                            f"{reply.reason}")
+        deadline = time.time() + self.config.child_timeout
+        if payload.get("deadline") is not None:
+            deadline = min(deadline, float(payload["deadline"]))
+        if rid is None:
+            reply = await self.call_claim(child, route, {**payload, "path": path[1:]},
+                                          payload.get("consumers", []), deadline)
+            if isinstance(reply, Outcome):
+                raise errors.ServiceUnavailable(f"child zone {child.name} did not answer: "
+                                                f"{reply.reason}")
+            return reply
+        pid = part_id(rid, self.config.name)
+
+        def reserve(conn: Connection) -> ledger.Entry | None:
+            if not ledger.reserve(conn, rid, deadline):
+                return ledger.lookup(conn, rid)
+            ledger.add_part(conn, rid, child.name, pid, consumers)
+            return None
+        entry = await self._write(reserve)
+        if entry is not None:
+            if entry.state == State.PLACED:
+                return _Reply(200, {**entry.body, "replayed": True})
+            if entry.state == State.CANCELLED:
+                raise _cancelled(rid)
+            raise errors.Conflict(f"request_id {rid}: a claim with this id is at work or "
+                                  "was refused; retry", errors.REQUEST_IN_PROGRESS)
+        reply = await self.call_claim(child, route, {**payload, "request_id": pid,
+                                                     "path": path[1:]}, consumers, deadline)
+        if isinstance(reply, Outcome) or reply.status != 200:
+            await self._write(lambda conn: ledger.give_back(conn, rid))
+            if isinstance(reply, Outcome):
+                raise errors.ServiceUnavailable(f"child zone {child.name} did not answer: "
+                                                f"{reply.reason}")
+            return reply
+        body = reply.body if isinstance(reply.body, dict) else {}
+        if not await self._write(lambda conn: ledger.finish(conn, rid, State.PLACED, body,
+                                                            only_placing=True)):
+            await self.undo(rid, placed=True)
+            raise _cancelled(rid)
         return reply
 
     def _prefixed(self, answer: dict[str, Any], child: str) -> dict[str, Any]:
@@ -925,6 +953,12 @@ class ZoneTree:
             except Exception:
                 log.exception("recovery round failed")
             await asyncio.sleep(max(0.5, min(self.config.hold_ttl / 6, 2.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    status: int
+    body: Any
 
 
 @dataclass(slots=True)

@@ -43,3 +43,38 @@ def test_purge_forgets_old_answers_only(database: Database) -> None:
     with database.read() as conn:
         assert store.get_answer(conn, "new") is not None
         assert store.get_answer(conn, "old1") is None
+
+
+def test_states_parts_and_take_over(database: Database) -> None:
+    with database.write() as conn:
+        assert store.reserve(conn, "r", deadline=10.0)
+        store.add_part(conn, "r", "dfw", "r@root#1", ["c1"])
+        store.add_part(conn, "r", "dfw", "r@root#1", ["c1"])  # recorded once
+        store.add_part(conn, "r", "", "r@root#2", ["c1"])
+    with database.read() as conn:
+        entry = store.lookup(conn, "r")
+        assert entry is not None and entry.state == store.State.PLACING
+        assert [p.part_id for p in store.parts(conn, "r")] == ["r@root#1", "r@root#2"]
+        assert store.overdue(conn, now=11.0) == ["r"]
+        assert store.overdue(conn, now=9.0) == []
+    with database.write() as conn:
+        assert store.abandon(conn, "r")
+        assert not store.abandon(conn, "r")  # one taker
+        # Its worker can no longer write an answer over it.
+        assert not store.finish(conn, "r", 200, {}, only_placing=True)
+        store.give_back(conn, "r")
+        assert store.lookup(conn, "r") is None
+        # A final answer is never given back.
+        assert store.reserve(conn, "s")
+        assert store.finish(conn, "s", 409, {"detail": "no"}, only_placing=True)
+        store.give_back(conn, "s")
+        assert store.get_answer(conn, "s") == (409, {"detail": "no"})
+
+
+def test_a_cancel_while_placing_wins_over_the_answer(database: Database) -> None:
+    with database.write() as conn:
+        assert store.reserve(conn, "p")
+        assert store.cancel(conn, "p") is None
+        assert not store.finish(conn, "p", 200, {"placements": []}, only_placing=True)
+    with database.read() as conn:
+        assert store.get_answer(conn, "p")[0] == store.State.CANCELLED  # type: ignore[index]

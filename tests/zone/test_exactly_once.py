@@ -335,3 +335,34 @@ def test_identity_is_bounded(tmp_path: Path, ident: str) -> None:
         assert "identity" in r.text
     run(tmp_path, scenario)
 
+
+
+def test_a_claim_routed_through_a_zone_is_refused_after_its_cancel(tmp_path: Path) -> None:
+    """`best` mode claims a plan down the zone path; a cancel that reaches the
+    routing zone first makes the late claim a refusal there, not a placement."""
+    async def scenario(tree: InProcessTree) -> None:
+        plan = await tree.client("dfw-r1").post("/strato/v1/explain", json=req(1))
+        p = plan.json()["placements"][0]
+        claim = {"path": ["dfw-r1"], "project_id": "p", "user_id": "u",
+                 "request_id": "late@global#1",
+                 "placements": [{"consumer_uuid": p["consumer_uuid"],
+                                 "allocations": p["allocations"]}]}
+        r = await tree.client("dfw").post("/strato/v1/requests/cancel",
+                                          json={"request_id": "late@global#1"})
+        assert r.status_code == 200
+        r = await tree.client("dfw").post("/strato/v1/claims", json=claim)
+        assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "strato.request_cancelled"
+        assert await held_at(tree, p["consumer_uuid"]) == []
+        # A claim that did arrive is undone by the cancel, through the zone.
+        claim["request_id"] = "early@global#2"
+        r = await tree.client("dfw").post("/strato/v1/claims", json=claim)
+        assert r.status_code == 200, r.text
+        again = await tree.client("dfw").post("/strato/v1/claims", json=claim)
+        assert again.status_code == 200 and again.json()["replayed"] is True
+        assert await held_at(tree, p["consumer_uuid"]) == ["dfw-r1"]
+        r = await tree.client("dfw").post("/strato/v1/requests/cancel",
+                                          json={"request_id": "early@global#2"})
+        assert r.json()["forwarded"] == ["dfw-r1"]
+        assert await held_at(tree, p["consumer_uuid"]) == []
+    run(tmp_path, scenario)
