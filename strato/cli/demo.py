@@ -513,7 +513,7 @@ def zones_table(results: Sequence[Result]) -> Table:
 
 
 def rejections_table(results: Sequence[Result]) -> Table:
-    t = Table(title="Rejected requests and why (the 409 body's explain)")
+    t = Table(title="Rejected requests and why (the 409 or 503 body's explain)")
     for col in ("before kill", "after kill", "kind", "reason"):
         t.add_column(col, justify="right" if "kill" in col else "left",
                      overflow="fold" if col == "reason" else "ellipsis")

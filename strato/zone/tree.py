@@ -80,6 +80,8 @@ PROBE_TIMEOUT_S = 1.0
 # In delegate mode, a child that is not the last option gets this share of
 # the time left: one that hangs leaves time to ask the next.
 NEXT_SHARE = 0.5
+# A summary names at most this many unreachable zones below it.
+MAX_UNREACHABLE = 64
 # A duplicate waits at most this long for the first request with its id.
 DUPLICATE_WAIT_S = 10.0
 
@@ -407,18 +409,27 @@ class ZoneTree:
                            wait=self.config.child_timeout * 0.8 if fresh else 0)
         parts = [own]
         child_rows = []
+        unreachable: list[str] = []
         for c in kids:
             cached = self.cache.get(c.name)
             h = self.health_of(c.name)
             if cached is not None and h.healthy:
                 parts.append(cached.body)
+                below = cached.body.get("unreachable")
+                if isinstance(below, list):
+                    unreachable += [f"{c.name}/{u}" for u in below if isinstance(u, str)]
+            elif not h.healthy:
+                unreachable.append(c.name)
             child_rows.append({"name": c.name, "healthy": h.healthy,
                                "age_s": None if cached is None
                                else round(time.monotonic() - cached.fetched, 3)})
         merged = summaries.merge(parts)
+        # Zones below that could not be asked: a parent must not take "too
+        # small" from this summary for a definite "no" while they are away.
         return {"zone": self.config.name, "location_prefix": self.config.location_prefix,
                 "tags": list(self.config.tags), "health": "ok", "as_of": summaries.now_iso(),
-                **merged, "children": child_rows}
+                **merged, "children": child_rows,
+                "unreachable": unreachable[:MAX_UNREACHABLE]}
 
     # -- scheduling ----------------------------------------------------------------------
 
@@ -642,11 +653,15 @@ class ZoneTree:
             why = prune_reason(req, cached.body if cached else None, c.location_prefix,
                                c.tags)
             if why is not None:
-                down = [k.get("name") for k in (cached.body.get("children", [])
-                                                if cached else []) if not k.get("healthy")]
-                if down:
-                    why += f" (unreachable below it: {', '.join(map(str, down))})"
-                outcomes.append(Outcome(c.name, Result.PRUNED, why))
+                down = cached.body.get("unreachable") if cached else None
+                if down and static_reason(req, None, c.location_prefix, c.tags) is None:
+                    # Its summary leaves out zones it cannot reach: "too small"
+                    # is not a definite answer while they are away.
+                    shown = ", ".join(map(str, down[:5]))
+                    outcomes.append(Outcome(c.name, Result.UNAVAILABLE,
+                                            f"{why}, and unreachable below it: {shown}"))
+                else:
+                    outcomes.append(Outcome(c.name, Result.PRUNED, why))
                 continue
             refused = (self.failures.blocks(c.name, shape, cached.body.get("freed"))
                        if cached else None)
