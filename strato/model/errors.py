@@ -14,9 +14,9 @@ DUPLICATE_NAME = "placement.duplicate_name"
 PROVIDER_IN_USE = "placement.resource_provider.inuse"
 PROVIDER_CANNOT_DELETE_PARENT = "placement.resource_provider.cannot_delete_parent"
 RESOURCE_PROVIDER_NOT_FOUND = "placement.resource_provider.not_found"
-# Strato: a cross-zone placement was decided but a zone holding part of it did
-# not confirm; recovery completes or undoes it. Not "nothing claimed": a client
-# must not resend the same consumers, but read their allocations later.
+# Strato (published, no longer sent): a cross-zone placement decided but not
+# confirmed everywhere. Since the request ledger, such a placement is undone
+# and the answer is a 503 ZONE_UNAVAILABLE (retry).
 OUTCOME_PENDING = "strato.outcome_pending"
 # Strato: part of the zone tree could not be asked and nothing else fits. Not
 # an answer: nothing was claimed or kept, retry (after Retry-After).
