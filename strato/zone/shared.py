@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from strato.model import errors
 from strato.model.schedule import RequestGroupSpec, ScheduleRequest
 from strato.store import provisional
+from strato.zone import protocol
 from strato.zone.transport import Unreachable
 
 if TYPE_CHECKING:
@@ -170,6 +171,15 @@ async def _remote(tree: ZoneTree, part: dict[str, Any], action: str) -> int:
             timeout=tree.config.child_timeout)
     except Unreachable:
         return 0
+    if reply.status == 200:
+        read = (protocol.read_confirm_answer if action == "confirm"
+                else protocol.read_release_answer)
+        try:
+            read(part["consumers"], reply.body)
+        except protocol.Faulty as exc:
+            # Not an answer to what was asked: its outcome is unknown.
+            tree._health(child.name).failed(f"faulty: {exc.reason}")
+            return 0
     return reply.status
 
 

@@ -48,11 +48,11 @@ from strato.store import in_doubt, schedule_requests
 from strato.store.children import Child
 from strato.store.db import Database
 from strato.store.util import utcnow
-from strato.zone import shared
+from strato.zone import protocol, shared
 from strato.zone import summary as summaries
 from strato.zone.failures import FailureMemory, Refusal, shape_of
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
-from strato.zone.transport import Transport, Unreachable
+from strato.zone.transport import Malformed, Transport, Unreachable
 
 log = logging.getLogger("strato.zone")
 LOCAL = ""  # the key of this zone's own providers among the options
@@ -114,6 +114,7 @@ class Cached:
 class Outcome:
     zone: str
     # pruned | unhealthy | no_valid_placement | timeout | unreachable | in_doubt | error
+    # | faulty (answered, but not as a zone does: discarded)
     outcome: str
     reason: str
     explain: dict[str, Any] | None = None
@@ -205,12 +206,17 @@ class ZoneTree:
         if reply.status != 200 or not isinstance(reply.body, dict):
             h.failed(f"summary answered {reply.status}")
             return None
+        try:
+            body = protocol.read_summary(reply.body)
+        except protocol.Faulty as exc:
+            h.failed(f"faulty: {exc.reason}")
+            return None
         was_down = not h.healthy
         h.ok()
-        self.cache[child.name] = Cached(reply.body, time.monotonic())
+        self.cache[child.name] = Cached(body, time.monotonic())
         if was_down and self._doubtful and child.name in self._doubtful:
             self.spawn(self.reconcile(child.name))
-        return reply.body
+        return body
 
     async def refresh(self, kids: Sequence[Child] | None = None, *, only_stale: bool = False,
                       fresh: bool = False) -> None:
@@ -527,20 +533,31 @@ class ZoneTree:
                 json=body.model_dump(mode="json"), timeout=self.config.child_timeout)
         except Unreachable as exc:
             h.failed(exc.why)
+            faulty = isinstance(exc, Malformed)
             if exc.maybe_delivered and not req.dry_run and body.request_id is not None:
                 await self.note_in_doubt(child.name, body.request_id, req.consumers, exc.why)
-                return Outcome(child.name, "in_doubt", f"{exc.why}; whatever it claimed is "
-                               "cancelled when it answers again")
-            kind = "timeout" if "timed out" in exc.why else "unreachable"
+                return Outcome(child.name, "faulty" if faulty else "in_doubt",
+                               f"{exc.why}; whatever it claimed is cancelled when it answers "
+                               "again")
+            kind = ("faulty" if faulty
+                    else "timeout" if "timed out" in exc.why else "unreachable")
             return Outcome(child.name, kind, exc.why)
         h.ok()
-        if reply.status == 200 and isinstance(reply.body, dict):
-            self._note_answer(child.name, reply.body.pop("zone_summary", None))
-            return reply.body
+        try:
+            if reply.status == 200:
+                answer = protocol.read_schedule_answer(req, reply.body,
+                                                       self._own_name(child))
+                self._note_answer(child.name, answer.pop("zone_summary", None))
+                return answer
+            if reply.status in (400, 409):
+                # Acted on below: an error body must be one.
+                protocol.read_error(reply.body)
+        except protocol.Faulty as exc:
+            return await self._faulty(child, body, exc.reason)
         err = _error(reply.body)
         if reply.status == 409 and err.get("code") == "strato.no_valid_placement":
             explain = reply.body.get("explain") if isinstance(reply.body, dict) else None
-            why = (explain or {}).get("summary", err.get("detail", "no capacity"))
+            why = str((explain or {}).get("summary", err.get("detail", "no capacity")))
             cached = self.cache.get(child.name)
             if cached is not None:
                 self.failures.note(child.name, shape_of(req), cached.body.get("freed"),
@@ -553,12 +570,35 @@ class ZoneTree:
         return Outcome(child.name, "error", f"answered {reply.status}: "
                        f"{err.get('detail', '')}"[:300])
 
-    def _note_answer(self, name: str, summary: dict[str, Any] | None) -> None:
+    async def _faulty(self, child: Child, sent: ScheduleRequest, reason: str) -> Outcome:
+        """`child` answered `sent` with something no zone says: its answer is
+        discarded and it is marked failed. Whatever it may have claimed under
+        that answer is cancelled, as for an answer lost on the way."""
+        why = f"faulty: {reason}"
+        self._health(child.name).failed(why)
+        log.warning("child %s answered a request faultily: %s", child.name, reason)
+        if not sent.dry_run and sent.request_id is not None:
+            await self.note_in_doubt(child.name, sent.request_id, sent.consumers, why)
+            return Outcome(child.name, "faulty", f"{why}; whatever it claimed is cancelled "
+                           "when it answers again")
+        return Outcome(child.name, "faulty", why)
+
+    def _own_name(self, child: Child) -> str:
+        """The name `child` gives itself (its zone paths start with it): what its
+        summary says, else the name it registered under."""
+        cached = self.cache.get(child.name)
+        return str(cached.body.get("zone", child.name)) if cached else child.name
+
+    def _note_answer(self, name: str, summary: Any) -> None:
         """A child answered a claim: its summary comes with the answer (no extra
-        round trip); without one, refresh it at the next request."""
-        if isinstance(summary, dict):
-            self.cache[name] = Cached(summary, time.monotonic())
-            return
+        round trip); without one, or with one that is not a summary, refresh it
+        at the next request."""
+        if summary is not None:
+            try:
+                self.cache[name] = Cached(protocol.read_summary(summary), time.monotonic())
+                return
+            except protocol.Faulty as exc:
+                self._health(name).failed(f"faulty: {exc.reason}")
         cached = self.cache.get(name)
         if cached is not None:
             cached.fetched = 0.0
@@ -653,8 +693,17 @@ class ZoneTree:
                                "cancelled when it answers again")
             return Outcome(name, "unreachable", exc.why)
         if reply.status == 200:
-            self._note_answer(name, reply.body.get("zone_summary")
-                              if isinstance(reply.body, dict) else None)
+            consumers = [p["consumer_uuid"] for p in placements]
+            try:
+                claimed = protocol.read_claim_answer(consumers, reply.body)
+            except protocol.Faulty as exc:
+                why = f"faulty: {exc.reason}"
+                self._health(name).failed(why)
+                if child_id is not None:
+                    await self.note_in_doubt(name, child_id, consumers, why)
+                return Outcome(name, "faulty", f"{why}; whatever it claimed is cancelled "
+                               "when it answers again")
+            self._note_answer(name, claimed.get("zone_summary"))
             return self._prefixed({**plan, "dry_run": False}, name)
         err = _error(reply.body)
         return Outcome(name, "conflict", f"claim refused ({reply.status}): "
