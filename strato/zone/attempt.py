@@ -19,6 +19,9 @@ from typing import Any
 # up to MAX_BACKOFF_S: a healed child is used again within seconds.
 FIRST_BACKOFF_S = 0.25
 MAX_BACKOFF_S = 4.0
+# A child that answered something no zone says is not asked again for this
+# long, whatever its probes say: it is not trusted.
+FAULTY_QUARANTINE_S = 30.0
 # A zone keeps this share of its remaining time for itself (to answer, and to
 # undo what a late child did); the rest is its children's budget.
 KEEP_SHARE = 0.2
@@ -73,15 +76,24 @@ class Health:
     last_error: str | None = None
     last_ok: float | None = None
     next_probe: float = 0.0
+    quarantined_until: float = 0.0
 
-    def failed(self, why: str) -> None:
+    def failed(self, why: str, *, faulty: bool = False) -> None:
         self.healthy = False
         self.failures += 1
         self.last_error = why
+        now = time.monotonic()
+        if faulty:
+            self.quarantined_until = now + FAULTY_QUARANTINE_S
+            self.next_probe = self.quarantined_until
+            return
         delay = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** min(self.failures - 1, 8))
-        self.next_probe = time.monotonic() + delay * (0.8 + 0.4 * random.random())
+        self.next_probe = max(self.quarantined_until,
+                              now + delay * (0.8 + 0.4 * random.random()))
 
     def ok(self) -> None:
+        if time.monotonic() < self.quarantined_until:
+            return  # an answer now does not undo a lie a moment ago
         self.healthy = True
         self.failures = 0
         self.last_error = None

@@ -6,7 +6,10 @@ import asyncio
 import logging
 import random
 
+from pydantic import ValidationError
+
 from strato.config import Settings
+from strato.zone.protocol import Registration
 from strato.zone.transport import Transport, Unreachable
 
 log = logging.getLogger("strato.zone")
@@ -20,13 +23,19 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
     may refuse a child it does not trust, or whose name another live zone has.
     """
     assert settings.parent_url is not None
-    body = {"name": settings.zone_name, "url": settings.advertise_url,
-            "location_prefix": settings.location_prefix, "tags": list(settings.zone_tags),
-            "credential": settings.zone_credential or settings.auth_token or "admin"}
-    if identity is not None:
-        # Proves to the parent that this is the zone that registered the name
-        # before (a restart, a new address); another zone cannot take it over.
-        body["identity"] = identity
+    try:
+        body = Registration(
+            name=settings.zone_name, url=settings.advertise_url or "",
+            location_prefix=settings.location_prefix, tags=list(settings.zone_tags),
+            credential=settings.zone_credential or settings.auth_token or "admin",
+            # Proves to the parent that this is the zone that registered the
+            # name before (a restart, a new address): no other zone can take it.
+            identity=identity,
+        ).model_dump(mode="json", exclude_none=True)
+    except ValidationError as exc:
+        # Every parent would refuse it: say why here, once, rather than retry.
+        log.error("this zone cannot register with %s: %s", settings.parent_url, exc)
+        return False
     delay = 0.2
     while True:
         try:

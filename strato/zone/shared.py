@@ -31,7 +31,8 @@ from strato.model.schedule import RequestGroupSpec, ScheduleRequest
 from strato.store import ledger, provisional
 from strato.store.children import Child
 from strato.store.db import Database
-from strato.zone.attempt import Attempt, Outcome, Result
+from strato.zone import protocol
+from strato.zone.attempt import Attempt, Health, Outcome, Result
 
 log = logging.getLogger("strato.zone")
 MAX_POOLS_TRIED = 3
@@ -62,6 +63,8 @@ class Router(Protocol):
                          consumers: Sequence[str], deadline: float) -> Any: ...
 
     async def undo(self, request_id: str, *, placed: bool) -> Any: ...
+
+    def health_of(self, name: str) -> Health: ...
 
 
 def shared_classes(tree: Router, req: ScheduleRequest) -> dict[str, int]:
@@ -205,7 +208,18 @@ async def _remote(tree: Router, part: dict[str, Any], action: str) -> int:
                                   {"path": part["path"], "consumers": part["consumers"]},
                                   part["consumers"],
                                   time.time() + tree.config.child_timeout)
-    return 0 if isinstance(reply, Outcome) else int(reply.status)
+    if isinstance(reply, Outcome):
+        return 0
+    if reply.status == 200:
+        read = (protocol.read_confirm_answer if action == "confirm"
+                else protocol.read_release_answer)
+        try:
+            read(part["consumers"], reply.body)
+        except protocol.Faulty as exc:
+            # Not an answer to what was asked: its outcome is unknown.
+            tree.health_of(child.name).failed(f"faulty: {exc.reason}", faulty=True)
+            return 0
+    return int(reply.status)
 
 
 def _release_local(tree: Router, consumers: list[str]) -> None:

@@ -8,16 +8,24 @@
 
 Both answer ``Reply(status, body)`` or raise ``Unreachable`` (connection
 refused, timeout, protocol error): the caller marks the zone unhealthy and
-goes on elsewhere. ``Unreachable.maybe_delivered`` tells the two kinds of
-failure apart: a refused connection never reached the zone, but a timeout or
-a connection broken after the request was sent may hide a claim the zone
-committed. A caller that goes elsewhere after such a failure must record it
+goes on elsewhere. ``Malformed``, a kind of ``Unreachable``, says the zone
+did answer, but with something no zone says: a body larger than
+``max_reply_bytes`` (refused before it is read, or cut off at the limit) or
+a successful answer that is not JSON. Its answer is discarded; the caller
+marks the zone faulty. ``timeout`` is the deadline of the whole call, from
+connecting to the last byte of the answer, whatever the path.
+
+``Unreachable.maybe_delivered`` tells the two kinds of failure apart: a
+refused connection never reached the zone, but a timeout or a connection
+broken after the request was sent (or an answer discarded as malformed) may
+hide a claim the zone committed. A caller that goes elsewhere after such a failure must record it
 as in doubt and cancel it at the zone when the zone answers again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,11 +34,15 @@ import httpx
 import orjson
 
 from strato.zone import wire
+from strato.zone.protocol import ZONE_PROTOCOL
 
-# Zone-to-zone messages carry this version, so mixed-version trees can tell.
-ZONE_PROTOCOL = "1"
+# Zone-to-zone messages carry the protocol version, so mixed-version trees can
+# tell. Answers are asked for uncompressed: their size is what is bounded.
 HEADERS = {"openstack-api-version": "placement 1.39", "x-strato-zone-protocol": ZONE_PROTOCOL,
-           "content-type": "application/json"}
+           "content-type": "application/json", "accept-encoding": "identity"}
+# The largest answer a zone accepts from another (a summary of a large subtree
+# or an answer for a thousand consumers is well under 1 MiB).
+MAX_REPLY_BYTES = wire.MAX_BODY_BYTES
 
 
 class Unreachable(Exception):
@@ -46,6 +58,14 @@ class Unreachable(Exception):
         # True when the call's deadline passed (rather than a refused or
         # broken connection).
         self.timed_out = timed_out
+
+
+class Malformed(Unreachable):
+    """The zone answered, but not as a zone does (too large, not JSON)."""
+
+    def __init__(self, url: str, why: str) -> None:
+        # The request arrived and may have been acted on.
+        super().__init__(url, f"faulty: {why}", maybe_delivered=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +85,23 @@ def _headers(token: str | None) -> dict[str, str]:
     return {**HEADERS, "x-auth-token": token or "admin"}
 
 
-def _decode(resp: httpx.Response) -> Reply:
+def _reply(url: str, status: int, content: bytes) -> Reply:
+    """Decode a zone's answer. A successful answer must be JSON (or empty); an
+    error's body is only informative, so a proxy's HTML error page is kept
+    as text."""
+    if not content:
+        return Reply(status, None)
     try:
-        body = orjson.loads(resp.content) if resp.content else None
+        return Reply(status, orjson.loads(content))
     except orjson.JSONDecodeError:
-        body = {"raw": resp.text[:500]}
-    return Reply(resp.status_code, body)
+        if 200 <= status < 300:
+            raise Malformed(url, f"answered {status} with a body that is not JSON") from None
+        return Reply(status, {"raw": content[:500].decode("utf-8", "replace")})
 
 
 class HttpTransport:
-    def __init__(self, max_connections: int = 64, *, lean: bool | None = None) -> None:
+    def __init__(self, max_connections: int = 64, *, lean: bool | None = None,
+                 max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         self._client = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=max_connections,
                                 max_keepalive_connections=max_connections))
@@ -82,26 +109,35 @@ class HttpTransport:
             # STRATO_ZONE_HTTP=httpx sends every zone call through httpx.
             lean = os.environ.get("STRATO_ZONE_HTTP", "lean") != "httpx"
         self._wire = wire.WireClient() if lean else None
+        self.max_reply_bytes = max_reply_bytes
 
     async def call(self, url: str, method: str, path: str, *, token: str | None,
                    json: Any = None, timeout: float) -> Reply:
         if self._wire is not None and url.startswith("http://"):
             return await self._lean(url, method, path, token, json, timeout)
+        limit = self.max_reply_bytes
         try:
-            resp = await self._client.request(
-                method, url.rstrip("/") + path, headers=_headers(token),
-                content=orjson.dumps(json) if json is not None else None,
-                timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)))
+            # httpx's timeouts bound each read, not the call: a zone that
+            # trickles its answer would hold us for ever. The deadline is ours.
+            async with asyncio.timeout(timeout):
+                async with self._client.stream(
+                        method, url.rstrip("/") + path, headers=_headers(token),
+                        content=orjson.dumps(json) if json is not None else None,
+                        timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0))) as resp:
+                    status = resp.status_code
+                    content = await _read_capped(resp, limit)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # Never connected: the zone cannot have seen the request.
             raise Unreachable(url, f"{type(exc).__name__}: {exc}") from None
-        except httpx.TimeoutException:
+        except (TimeoutError, httpx.TimeoutException):
             raise Unreachable(url, f"timed out after {timeout:.3g}s",
                               maybe_delivered=True, timed_out=True) from None
+        except wire.TooLarge as exc:
+            raise Malformed(url, str(exc)) from None
         except httpx.HTTPError as exc:
             raise Unreachable(url, f"{type(exc).__name__}: {exc}",
                               maybe_delivered=True) from None
-        return _decode(resp)
+        return _reply(url, status, content)
 
     async def _lean(self, url: str, method: str, path: str, token: str | None, json: Any,
                     timeout: float) -> Reply:
@@ -110,19 +146,18 @@ class HttpTransport:
             status, content = await self._wire.request(
                 url, method, path, _headers(token),
                 orjson.dumps(json) if json is not None else None,
-                timeout=timeout, connect_timeout=min(timeout, 2.0))
+                timeout=timeout, connect_timeout=min(timeout, 2.0),
+                max_body=self.max_reply_bytes)
         except wire.NotSent as exc:
             raise Unreachable(url, str(exc)) from None
         except TimeoutError:
             raise Unreachable(url, f"timed out after {timeout:.3g}s",
                               maybe_delivered=True, timed_out=True) from None
+        except wire.TooLarge as exc:
+            raise Malformed(url, str(exc)) from None
         except wire.Broken as exc:
             raise Unreachable(url, str(exc), maybe_delivered=True) from None
-        try:
-            body = orjson.loads(content) if content else None
-        except orjson.JSONDecodeError:
-            body = {"raw": content[:500].decode("utf-8", "replace")}
-        return Reply(status, body)
+        return _reply(url, status, content)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -130,10 +165,72 @@ class HttpTransport:
             await self._wire.aclose()
 
 
+async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
+    """The raw body of a streamed answer, refused once it passes `limit`."""
+    declared = resp.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise wire.TooLarge(limit, int(declared))
+    if resp.headers.get("content-encoding", "identity").lower() != "identity":
+        # Asked for identity: a compressed answer could inflate past any limit.
+        raise httpx.DecodingError("compressed answer (asked for identity)")
+    parts = []
+    total = 0
+    async for chunk in resp.aiter_raw():
+        total += len(chunk)
+        if total > limit:
+            raise wire.TooLarge(limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+@dataclass(slots=True)
+class _Overflow:
+    """Per call: whether the in-process app's answer passed the limit."""
+
+    limit: int
+    over: bool = False
+
+
+# Set around each in-process call; the app runs in the calling task (or one
+# copied from it), so the wrapper below sees this call's own cell.
+_CALL: contextvars.ContextVar[_Overflow | None] = contextvars.ContextVar(
+    "strato_zone_call", default=None)
+
+
+def _capped_app(app: Any) -> Any:
+    """An ASGI app whose answers are cut off past the current call's limit."""
+    async def capped(scope: Any, receive: Any, send: Any) -> None:
+        cell = _CALL.get()
+        if cell is None or scope.get("type") != "http":
+            await app(scope, receive, send)
+            return
+        sent = 0
+
+        async def bounded(message: Any) -> None:
+            nonlocal sent
+            if cell.over:
+                raise wire.TooLarge(cell.limit)
+            if message.get("type") == "http.response.start":
+                for name, value in message.get("headers", []):
+                    if (name.lower() == b"content-length" and value.strip().isdigit()
+                            and int(value) > cell.limit):
+                        cell.over = True
+                        raise wire.TooLarge(cell.limit, int(value))
+            elif message.get("type") == "http.response.body":
+                sent += len(message.get("body", b""))
+                if sent > cell.limit:
+                    cell.over = True
+                    raise wire.TooLarge(cell.limit)
+            await send(message)
+        await app(scope, receive, bounded)
+    return capped
+
+
 class InProcessTransport:
     """Zones registered by URL (e.g. ``inproc://dfw``) and called in-process."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
+        self.max_reply_bytes = max_reply_bytes
         self._apps: dict[str, Any] = {}
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -160,10 +257,12 @@ class InProcessTransport:
             raise Unreachable(url, "connection refused")
         client = self._clients.get(key)
         if client is None:
-            client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self._apps[key]),
-                                       base_url="http://zone")
+            client = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=_capped_app(self._apps[key])),
+                base_url="http://zone")
             self._clients[key] = client
         delay = self.delays.get(f"{key} {path.split('?')[0]}", self.delays.get(key, 0.0))
+        cell = _Overflow(self.max_reply_bytes)
 
         async def deliver() -> httpx.Response:
             if delay:
@@ -171,7 +270,12 @@ class InProcessTransport:
             return await client.request(method, path, headers=_headers(token),
                                         content=orjson.dumps(json) if json is not None
                                         else None)
-        task = asyncio.ensure_future(deliver())
+        # The task copies the context now: the capped app sees this call's cell.
+        token_var = _CALL.set(cell)
+        try:
+            task = asyncio.ensure_future(deliver())
+        finally:
+            _CALL.reset(token_var)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         try:
@@ -180,13 +284,19 @@ class InProcessTransport:
         except TimeoutError:
             raise Unreachable(url, f"timed out after {timeout:.3g}s",
                               maybe_delivered=True, timed_out=True) from None
-        except httpx.HTTPError as exc:
-            raise Unreachable(url, f"{type(exc).__name__}: {exc}",
+        except Exception as exc:
+            # The other zone's app failed while answering (its answer was too
+            # large, or it raised): to this zone, a broken connection.
+            if cell.over:
+                raise Malformed(url, str(wire.TooLarge(cell.limit))) from None
+            raise Unreachable(url, f"{type(exc).__name__}: {exc}"[:300],
                               maybe_delivered=True) from None
+        if cell.over:
+            raise Malformed(url, str(wire.TooLarge(cell.limit)))
         if self._matches(self.lose_answers, key, path):
             raise Unreachable(url, "connection reset after the request was sent",
                               maybe_delivered=True)
-        return _decode(resp)
+        return _reply(url, resp.status_code, resp.content)
 
     async def settle(self) -> None:
         """Wait for calls whose callers gave up (a resumed zone finishing them)."""

@@ -51,13 +51,13 @@ from strato.store.children import Child
 from strato.store.db import Database
 from strato.store.ledger import State
 from strato.store.util import utcnow
-from strato.zone import shared
+from strato.zone import protocol, shared
 from strato.zone import summary as summaries
 from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_id
 from strato.zone.failures import FailureMemory, Refusal, shape_of
 from strato.zone.prune import predicted_fit, prune_reason, static_reason
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
-from strato.zone.transport import Transport, Unreachable
+from strato.zone.transport import Malformed, Transport, Unreachable
 
 log = logging.getLogger("strato.zone")
 T = TypeVar("T")
@@ -185,19 +185,24 @@ class ZoneTree:
             reply = await self.transport.call(child.url, "GET", path,
                                               token=child.credential, timeout=timeout)
         except Unreachable as exc:
-            h.failed(exc.why)
+            h.failed(exc.why, faulty=isinstance(exc, Malformed))
             return None
         if reply.status != 200 or not isinstance(reply.body, dict):
             h.failed(f"summary answered {reply.status}")
             return None
+        try:
+            body = protocol.read_summary(reply.body)
+        except protocol.Faulty as exc:
+            h.failed(f"faulty: {exc.reason}", faulty=True)
+            return None
         was_down = not h.healthy
         h.ok()
-        self.cache[child.name] = Cached(reply.body, time.monotonic())
+        self.cache[child.name] = Cached(body, time.monotonic())
         if was_down:
             log.info("child zone %s answers again", child.name)
             if self._doubtful and child.name in self._doubtful:
                 self.spawn(self.reconcile(child.name))
-        return reply.body
+        return body
 
     async def answers_as(self, child: Child) -> bool:
         """Whether a zone answers at `child.url` as `child.name` (alive)."""
@@ -333,6 +338,11 @@ class ZoneTree:
         self.health_of(child.name).ok()
         if reply.status != 200:
             return f"cancel answered {reply.status}: {_error(reply.body).get('detail', '')}"
+        try:
+            protocol.read_cancel_answer(request_id, reply.body)
+        except protocol.Faulty as exc:
+            self.health_of(child.name).failed(f"faulty: {exc.reason}", faulty=True)
+            return f"faulty: {exc.reason}"
         return None
 
     async def cancel(self, request_id: str) -> dict[str, Any]:
@@ -706,17 +716,27 @@ class ZoneTree:
                 json=body.model_dump(mode="json", exclude_none=True),
                 timeout=budget + min(0.25, budget * 0.2))
         except Unreachable as exc:
-            h.failed(exc.why)
+            faulty = isinstance(exc, Malformed)
+            h.failed(exc.why, faulty=faulty)
             if exc.maybe_delivered and pid is not None:
                 await self.note_in_doubt(child.name, pid, req.consumers, exc.why)
-                return Outcome(child.name, Result.IN_DOUBT, f"{exc.why}; whatever it "
-                               "claimed is cancelled when it answers again")
-            return Outcome(child.name, Result.TIMEOUT if exc.timed_out else Result.UNREACHABLE,
-                           exc.why)
+                return Outcome(child.name, Result.FAULTY if faulty else Result.IN_DOUBT,
+                               f"{exc.why}; whatever it claimed is cancelled when it "
+                               "answers again")
+            return Outcome(child.name, Result.FAULTY if faulty else Result.TIMEOUT
+                           if exc.timed_out else Result.UNREACHABLE, exc.why)
         h.ok()
-        if reply.status == 200 and isinstance(reply.body, dict):
-            self._note_answer(child.name, reply.body.pop("zone_summary", None))
-            return reply.body
+        try:
+            if reply.status == 200:
+                answer = protocol.read_schedule_answer(req, reply.body,
+                                                       self._own_name(child))
+                self._note_answer(child.name, answer.pop("zone_summary", None))
+                return answer
+            if reply.status in (400, 409, 503):
+                # Acted on below: an error body must be one.
+                protocol.read_error(reply.body)
+        except protocol.Faulty as exc:
+            return await self._faulty(child, pid, req.consumers, exc.reason)
         err = _error(reply.body)
         code = err.get("code")
         if reply.status == 409 and code == NoValidPlacement.CODE:
@@ -739,12 +759,36 @@ class ZoneTree:
         return Outcome(child.name, Result.ERROR, f"answered {reply.status}: "
                        f"{err.get('detail', '')}"[:300])
 
-    def _note_answer(self, name: str, summary: dict[str, Any] | None) -> None:
+    async def _faulty(self, child: Child, pid: str | None, consumers: Sequence[str],
+                      reason: str) -> Outcome:
+        """`child` answered with something no zone says: its answer is discarded
+        and it is marked failed. Whatever it may have claimed under that part is
+        cancelled, as for an answer lost on the way."""
+        why = f"faulty: {reason}"
+        self.health_of(child.name).failed(why, faulty=True)
+        log.warning("child %s answered a request faultily: %s", child.name, reason)
+        if pid is not None:
+            await self.note_in_doubt(child.name, pid, consumers, why)
+            return Outcome(child.name, Result.FAULTY, f"{why}; whatever it claimed is "
+                           "cancelled when it answers again")
+        return Outcome(child.name, Result.FAULTY, why)
+
+    def _own_name(self, child: Child) -> str:
+        """The name `child` gives itself (its zone paths start with it): what its
+        summary says, else the name it registered under."""
+        cached = self.cache.get(child.name)
+        return str(cached.body.get("zone", child.name)) if cached else child.name
+
+    def _note_answer(self, name: str, summary: Any) -> None:
         """A child answered a claim: its summary comes with the answer (no extra
-        round trip); without one, refresh it at the next request."""
-        if isinstance(summary, dict):
-            self.cache[name] = Cached(summary, time.monotonic())
-            return
+        round trip); without one, or with one that is not a summary, refresh it
+        at the next request."""
+        if summary is not None:
+            try:
+                self.cache[name] = Cached(protocol.read_summary(summary), time.monotonic())
+                return
+            except protocol.Faulty as exc:
+                self.health_of(name).failed(f"faulty: {exc.reason}", faulty=True)
         cached = self.cache.get(name)
         if cached is not None:
             cached.fetched = 0.0
@@ -843,8 +887,12 @@ class ZoneTree:
         if isinstance(reply, Outcome):
             return reply
         if reply.status == 200:
-            self._note_answer(name, reply.body.get("zone_summary")
-                              if isinstance(reply.body, dict) else None)
+            consumers = [p["consumer_uuid"] for p in placements]
+            try:
+                claimed = protocol.read_claim_answer(consumers, reply.body)
+            except protocol.Faulty as exc:
+                return await self._faulty(child, pid, consumers, exc.reason)
+            self._note_answer(name, claimed.get("zone_summary"))
             return self._prefixed({**plan, "dry_run": False}, name)
         err = _error(reply.body)
         return Outcome(name, Result.CONFLICT, f"claim refused ({reply.status}): "

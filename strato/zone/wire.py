@@ -11,6 +11,12 @@ uses it for ``http://`` URLs and httpx for everything else (``https://``).
 It tells a request that never left (connection refused) from one that may
 have reached the zone (the connection broke or the deadline passed after the
 request was written): see ``Unreachable.maybe_delivered``.
+
+A zone's answer is bounded: a head over ``MAX_HEADER_BYTES`` or a body over
+the caller's ``max_body`` is refused as soon as it is known to be too large
+(a declared ``Content-Length`` before any of the body is read; a chunked or
+unframed body once it passes the limit), so that a broken or hostile zone
+cannot make its parent buffer gigabytes.
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ from urllib.parse import urlsplit
 IDLE_REUSE_S = 4.0
 MAX_IDLE_PER_HOST = 32
 MAX_HEADER_BYTES = 64 * 1024
+# Unframed bodies (read to the end of the connection) are read this much at a time.
+READ_SIZE = 64 * 1024
+# The largest answer body read unless the caller says otherwise.
+MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 class NotSent(Exception):
@@ -32,6 +42,15 @@ class NotSent(Exception):
 
 class Broken(Exception):
     """The connection failed after the request was (maybe) written."""
+
+
+class TooLarge(Exception):
+    """The answer's body is larger than the caller accepts (it was not read)."""
+
+    def __init__(self, limit: int, declared: int | None = None) -> None:
+        super().__init__(f"answer larger than {limit} bytes"
+                         + (f" (Content-Length {declared})" if declared is not None else ""))
+        self.limit = limit
 
 
 @dataclass(slots=True)
@@ -63,9 +82,11 @@ class WireClient:
         return found
 
     async def request(self, url: str, method: str, path: str, headers: dict[str, str],
-                      body: bytes | None, *, timeout: float, connect_timeout: float
-                      ) -> tuple[int, bytes]:
-        """(status, body). Raises NotSent, Broken or TimeoutError."""
+                      body: bytes | None, *, timeout: float, connect_timeout: float,
+                      max_body: int = MAX_BODY_BYTES) -> tuple[int, bytes]:
+        """(status, body). Raises NotSent, Broken, TooLarge or TimeoutError.
+        `timeout` bounds the whole exchange, from writing the request to the
+        last byte of the answer."""
         host, port, prefix = self._target(url)
         key = (host, port)
         conn = self._take(key)
@@ -88,8 +109,9 @@ class WireClient:
             async with asyncio.timeout(timeout):
                 conn.writer.write(data)
                 await conn.writer.drain()
-                status, payload, keep = await _read_response(conn.reader)
-        except TimeoutError:
+                status, payload, keep = await _read_response(conn.reader, max_body)
+        except (TimeoutError, TooLarge):
+            # The rest of the answer is unread: the connection cannot be reused.
             conn.close()
             raise
         except (OSError, asyncio.IncompleteReadError) as exc:
@@ -131,8 +153,10 @@ class WireClient:
         self._idle.clear()
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
-    """Status, body and whether the connection may be reused."""
+async def _read_response(reader: asyncio.StreamReader, max_body: int
+                         ) -> tuple[int, bytes, bool]:
+    """Status, body and whether the connection may be reused. Raises TooLarge
+    as soon as the body is known to pass `max_body` bytes."""
     while True:
         raw = await reader.readuntil(b"\r\n\r\n")
         if len(raw) > MAX_HEADER_BYTES:
@@ -152,9 +176,16 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool
     keep = parts[0] == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
     if headers.get("transfer-encoding", "").lower() == "chunked":
         chunks = []
+        total = 0
         while True:
+            # The stream's own limit (64 KiB) bounds a size line that never ends.
             size_line = await reader.readuntil(b"\r\n")
             size = int(size_line.split(b";", 1)[0].strip(), 16)
+            if size < 0:
+                raise ValueError("negative chunk size")
+            total += size
+            if total > max_body:
+                raise TooLarge(max_body)
             if size == 0:
                 # Trailers, if any, end with an empty line.
                 while await reader.readuntil(b"\r\n") != b"\r\n":
@@ -165,8 +196,20 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool
         return status, b"".join(chunks), keep
     length = headers.get("content-length")
     if length is not None:
-        return status, await reader.readexactly(int(length)), keep
+        declared = int(length)
+        if declared < 0:
+            raise ValueError("negative Content-Length")
+        if declared > max_body:
+            raise TooLarge(max_body, declared)
+        return status, await reader.readexactly(declared), keep
     if status in (204, 304):
         return status, b"", keep
     # No framing: the body runs to the end of the connection.
-    return status, await reader.read(), False
+    pieces: list[bytes] = []
+    total = 0
+    while chunk := await reader.read(READ_SIZE):
+        total += len(chunk)
+        if total > max_body:
+            raise TooLarge(max_body)
+        pieces.append(chunk)
+    return status, b"".join(pieces), False
