@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,11 +190,16 @@ class _Slot:
 
     def finish(self) -> None:
         self.done = True
-        if self.future is not None:
-            if self.error is not None:
-                self.future.set_exception(self.error)
-            else:
-                self.future.set_result(self.result)
+        # A caller that stopped waiting (its task was cancelled) cancelled the
+        # future; the job ran all the same, and nobody wants its result.
+        if self.future is not None and not self.future.cancelled():
+            try:
+                if self.error is not None:
+                    self.future.set_exception(self.error)
+                else:
+                    self.future.set_result(self.result)
+            except InvalidStateError:
+                pass  # cancelled meanwhile
 
 
 class _Batcher:

@@ -29,11 +29,11 @@ from typing import Any
 
 import orjson
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from strato.store.raw import Raw
 from strato.store.schema import request_parts, schedule_requests
-from strato.store.util import insert_ignore, utcnow
+from strato.store.util import utcnow
 
 sr = schedule_requests
 
@@ -69,9 +69,17 @@ class Part:
     consumers: tuple[str, ...]
 
 
+# The statements every request at a routing zone runs go to the cursor
+# directly (store/raw.py): through SQLAlchemy they cost more than the rest of
+# the zone's work on a request.
+
 def lookup(conn: Connection, request_id: str) -> Entry | None:
-    row = conn.execute(sa.select(sr.c.status, sr.c.response, sr.c.deadline)
-                       .where(sr.c.request_id == request_id)).first()
+    raw = Raw(conn)
+    try:
+        row = raw.first("SELECT status, response, deadline FROM strato_schedule_requests "
+                        "WHERE request_id = ?", (request_id,))
+    finally:
+        raw.close()
     if row is None:
         return None
     return Entry(request_id, State(int(row[0])), orjson.loads(row[1]),
@@ -92,23 +100,30 @@ def reserve(conn: Connection, request_id: str, deadline: float | None = None) ->
     One statement: an insert that does nothing on a conflict (on PostgreSQL it
     waits for a concurrent transaction holding the same id to end).
     """
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    res = conn.execute(
-        dialect.insert(sr).on_conflict_do_nothing().returning(sr.c.request_id),
-        {"request_id": request_id, "status": State.PLACING, "response": "{}",
-         "created_at": utcnow(), "deadline": deadline})
-    return res.first() is not None
+    raw = Raw(conn)
+    try:
+        return raw.first(
+            "INSERT INTO strato_schedule_requests (request_id, status, response, created_at, "
+            "deadline) VALUES (?, ?, '{}', ?, ?) ON CONFLICT DO NOTHING RETURNING request_id",
+            (request_id, int(State.PLACING), raw.stamp(utcnow()), deadline)) is not None
+    finally:
+        raw.close()
 
 
 def finish(conn: Connection, request_id: str, status: int, body: dict[str, Any], *,
            only_placing: bool = False) -> bool:
     """Write the final answer; with `only_placing`, only over a reservation still
     placing (False if it was cancelled or abandoned meanwhile)."""
-    q = sa.update(sr).where(sr.c.request_id == request_id)
+    sql = "UPDATE strato_schedule_requests SET status = ?, response = ? WHERE request_id = ?"
+    params: tuple[Any, ...] = (int(status), orjson.dumps(body).decode(), request_id)
     if only_placing:
-        q = q.where(sr.c.status == State.PLACING)
-    res = conn.execute(q.values(status=status, response=orjson.dumps(body).decode()))
-    return bool(res.rowcount)
+        sql += " AND status = ?"
+        params += (int(State.PLACING),)
+    raw = Raw(conn)
+    try:
+        return raw.run(sql, params) > 0
+    finally:
+        raw.close()
 
 
 def give_back(conn: Connection, request_id: str) -> None:
@@ -137,9 +152,14 @@ def overdue(conn: Connection, now: float, limit: int = 100) -> list[str]:
 
 def add_part(conn: Connection, request_id: str, child: str, part_id: str,
              consumers: Sequence[str]) -> None:
-    insert_ignore(conn, request_parts, [{
-        "request_id": request_id, "child": child, "part_id": part_id,
-        "consumers": orjson.dumps(list(consumers)).decode(), "created_at": utcnow()}])
+    raw = Raw(conn)
+    try:
+        raw.run("INSERT INTO strato_request_parts (request_id, child, part_id, consumers, "
+                "created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (request_id, child, part_id, orjson.dumps(list(consumers)).decode(),
+                 raw.stamp(utcnow())))
+    finally:
+        raw.close()
 
 
 def parts(conn: Connection, request_id: str) -> list[Part]:

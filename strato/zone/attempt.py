@@ -115,12 +115,14 @@ class Health:
                                   else round(max(0.0, self.next_probe - now), 3))}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Attempt:
     """One schedule request being worked on at a routing zone."""
 
     request_id: str  # as this zone's ledger knows it
     deadline: float  # unix time
+    # Whether its id is reserved in the ledger yet (with its first part).
+    reserved: bool = False
 
     def remaining(self) -> float:
         return self.deadline - time.time()

@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from strato.model import errors
 from strato.model.schedule import RequestGroupSpec, ScheduleRequest
-from strato.store import ledger, provisional
+from strato.store import provisional
 from strato.store.children import Child
 from strato.store.db import Database
 from strato.zone import protocol
@@ -66,6 +66,9 @@ class Router(Protocol):
 
     def health_of(self, name: str) -> Health: ...
 
+    async def record_part(self, attempt: Attempt, child: str, pid: str,
+                          consumers: Sequence[str]) -> None: ...
+
 
 def shared_classes(tree: Router, req: ScheduleRequest) -> dict[str, int]:
     """Classes of the (single) request group that only this zone's pools can give."""
@@ -92,9 +95,7 @@ async def schedule_split(tree: Router, req: ScheduleRequest, attempt: Attempt,
     ttl = tree.config.hold_ttl
     consumers = list(req.consumers)
 
-    def record(conn: Any) -> None:
-        ledger.add_part(conn, attempt.request_id, POOL, attempt.request_id, consumers)
-    await asyncio.wrap_future(tree.db.submit(record))
+    await tree.record_part(attempt, POOL, attempt.request_id, consumers)
     for provider, aggs in pools[:MAX_POOLS_TRIED]:
         if not aggs:
             continue

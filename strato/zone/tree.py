@@ -456,12 +456,22 @@ class ZoneTree:
                 raise self._refusal(req, outcomes)
             return self._finish_explain(req, answer, outcomes)
         client_id = req.request_id
-        begun = await self._begin(req)
-        if isinstance(begun, dict):
-            return begun
-        attempt, req = begun
+        while True:
+            begun = await self._begin(req)
+            if isinstance(begun, dict):
+                return begun
+            attempt, sub = begun
+            try:
+                return await self._attempt(sub, kids, attempt, client_id)
+            except _Duplicate:
+                continue  # another request took the id first: wait for its answer
+
+    async def _attempt(self, req: ScheduleRequest, kids: Sequence[Child], attempt: Attempt,
+                       client_id: str | None) -> dict[str, Any]:
         try:
             answer, outcomes = await self._place(req, kids, attempt)
+        except _Duplicate:
+            raise  # nothing done yet: the id's first request answers
         except BaseException:
             # A request the children call invalid, or this task cancelled:
             # nothing of it may stay, and a retry works afresh.
@@ -473,11 +483,8 @@ class ZoneTree:
                 await self._give_up(attempt)
                 raise self._unavailable(req, outcomes, down)
             refusal = self._refusal(req, outcomes)
-            kept = await self._write(lambda conn: ledger.finish(
-                conn, attempt.request_id, State.REFUSED,
-                {"detail": refusal.detail, "explain": refusal.explain}, only_placing=True))
-            if not kept:
-                raise _cancelled(attempt.request_id)
+            await self._final(attempt, State.REFUSED,
+                              {"detail": refusal.detail, "explain": refusal.explain})
             raise refusal
         answer = self._finish_explain(req, answer, outcomes)
         answer["request_id"] = client_id
@@ -486,12 +493,26 @@ class ZoneTree:
             raise errors.ServiceUnavailable(
                 f"request {attempt.request_id}: its deadline passed before it was placed; "
                 "what it claimed was undone", retry_after=0.0)
-        kept = await self._write(lambda conn: ledger.finish(
-            conn, attempt.request_id, State.PLACED, answer, only_placing=True))
-        if not kept:
-            await self.undo(attempt.request_id, placed=True)
-            raise _cancelled(attempt.request_id)
+        await self._final(attempt, State.PLACED, answer)
         return await self._with_summary(req, answer)
+
+    async def _final(self, attempt: Attempt, state: State, body: dict[str, Any]) -> None:
+        """Write the attempt's answer, once, over its reservation (made now if no
+        part needed one). A cancel that came first wins: the work is undone."""
+        rid = attempt.request_id
+
+        def job(conn: Connection) -> bool | None:
+            if not attempt.reserved and not ledger.reserve(conn, rid, attempt.deadline):
+                return None
+            return ledger.finish(conn, rid, state, body, only_placing=True)
+        kept = await self._write(job)
+        if kept is None:
+            raise _Duplicate()
+        attempt.reserved = True
+        if not kept:
+            if state == State.PLACED:
+                await self.undo(rid, placed=True)
+            raise _cancelled(rid)
 
     async def _schedule_here(self, req: ScheduleRequest) -> dict[str, Any]:
         """A zone without children: its own providers (the store's claim
@@ -512,9 +533,10 @@ class ZoneTree:
 
     async def _begin(self, req: ScheduleRequest
                      ) -> tuple[Attempt, ScheduleRequest] | dict[str, Any]:
-        """Reserve the request id before any work: (the attempt, the request with
-        its id and deadline), or the first answer of an earlier request with the
-        same id (waited for while it is at work)."""
+        """(the attempt, the request with its id and deadline), or the answer of
+        an earlier request with the same id (waited for while it is at work).
+        Reads only: the id is reserved with the attempt's first part (one write,
+        before that part is asked for) or with its answer."""
         now = time.time()
         deadline = now + self.config.request_timeout
         if req.deadline is not None:
@@ -525,11 +547,10 @@ class ZoneTree:
                 f"{self.config.name}: nothing was done", retry_after=0.0)
         rid = req.request_id or f"auto-{uuid.uuid4().hex}"
         wait_until = min(deadline, now + DUPLICATE_WAIT_S)
-
-        def reserve(conn: Connection) -> ledger.Entry | None:
-            return None if ledger.reserve(conn, rid, deadline) else ledger.lookup(conn, rid)
-        entry = await self._write(reserve)
-        while entry is not None:
+        while True:
+            entry = await self._read(partial(ledger.lookup, request_id=rid))
+            if entry is None:
+                break
             if entry.state in ledger.FINAL:
                 return _replay(entry)
             if time.time() >= wait_until:
@@ -538,14 +559,31 @@ class ZoneTree:
                     "same id; retry with the same id to get its answer",
                     errors.REQUEST_IN_PROGRESS)
             await asyncio.sleep(0.05)
-            entry = await self._read(lambda conn: ledger.lookup(conn, rid))
-            if entry is None:  # the earlier one gave its reservation back
-                entry = await self._write(reserve)
         return (Attempt(rid, deadline),
                 req.model_copy(update={"request_id": rid, "deadline": deadline}))
 
+    async def record_part(self, attempt: Attempt, child: str, pid: str,
+                          consumers: Sequence[str]) -> None:
+        """Record a part before it is asked for; the attempt's first part also
+        reserves its id (raises _Duplicate if another request has it)."""
+        rid = attempt.request_id
+        if attempt.reserved:
+            await self._write(lambda conn: ledger.add_part(conn, rid, child, pid, consumers))
+            return
+
+        def job(conn: Connection) -> bool:
+            if not ledger.reserve(conn, rid, attempt.deadline):
+                return False
+            ledger.add_part(conn, rid, child, pid, consumers)
+            return True
+        if not await self._write(job):
+            raise _Duplicate()
+        attempt.reserved = True
+
     async def _give_up(self, attempt: Attempt) -> None:
         """No answer for this attempt: undo what it made, give the id back."""
+        if not attempt.reserved:
+            return  # it recorded no part: nothing was asked of anyone
         try:
             await self.undo(attempt.request_id, placed=False)
         finally:
@@ -690,8 +728,7 @@ class ZoneTree:
         if attempt is None:
             return None
         pid = part_id(attempt.request_id, self.config.name)
-        await self._write(lambda conn: ledger.add_part(conn, attempt.request_id, child, pid,
-                                                       req.consumers))
+        await self.record_part(attempt, child, pid, req.consumers)
         return pid
 
     async def _ask(self, child: Child, req: ScheduleRequest, attempt: Attempt | None,
@@ -987,7 +1024,7 @@ class ZoneTree:
                 if entry is None or entry.state != State.ABANDONED:
                     continue  # finished meanwhile
             log.warning("request %s ran past its deadline unanswered: undoing it", rid)
-            await self._give_up(Attempt(rid, 0.0))
+            await self._give_up(Attempt(rid, 0.0, reserved=True))
         done["abandoned"] = len(overdue)
         return done
 
@@ -1016,6 +1053,10 @@ class ZoneTree:
             except Exception:
                 log.exception("recovery round failed")
             await asyncio.sleep(max(0.5, min(self.config.hold_ttl / 6, 2.0)))
+
+
+class _Duplicate(Exception):
+    """Another request reserved this request's id first."""
 
 
 @dataclass(frozen=True, slots=True)

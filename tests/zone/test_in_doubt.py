@@ -6,6 +6,7 @@ once the child answers again: no consumer stays placed in two zones.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ def test_lost_answer_is_cancelled_when_the_leaf_answers_again(tmp_path: Path) ->
 
         tree.revive("dfw-r1")
         # Not yet due for a probe: a round leaves it; asked by name, it is settled.
+        tree.zone_tree("dfw").health_of("dfw-r1").next_probe = time.monotonic() + 60
         assert await tree.zone_tree("dfw").reconcile() == 0
         assert await tree.zone_tree("dfw").reconcile("dfw-r1") == 1
         assert await allocations(tree, "dfw-r1", consumer) == {}

@@ -154,7 +154,7 @@ def _sub(req: ScheduleRequest, ttl: float) -> ScheduleRequest:
 def _reserve(tree: InProcessTree, rid: str, deadline: float) -> Attempt:
     with tree.dbs["global"].write() as conn:
         assert ledger.reserve(conn, rid, deadline)
-    return Attempt(rid, deadline)
+    return Attempt(rid, deadline, reserved=True)
 
 
 def _overdue(tree: InProcessTree, rid: str) -> None:
