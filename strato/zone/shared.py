@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from strato.model import errors
 from strato.model.schedule import RequestGroupSpec, ScheduleRequest
-from strato.store import provisional
+from strato.store import ledger, provisional
 from strato.store.children import Child
 from strato.store.db import Database
 from strato.zone import protocol
@@ -40,6 +40,8 @@ CONFIRM_ATTEMPTS = 5
 # The ledger's name for a pool hold among a request's parts (no zone can be
 # named so: zone names start with a letter or digit).
 POOL = "~pool"
+# ... and the same pool part once it is permanent (confirmed with the rest).
+POOL_DONE = "~pool-done"
 
 
 class Router(Protocol):
@@ -117,7 +119,7 @@ async def schedule_split(tree: Router, req: ScheduleRequest, attempt: Attempt,
             await run_in_threadpool(_release_local, tree, consumers)
             continue
         merged = _merge(answer, provider, shared, tree.config.name)
-        if await _commit(tree, consumers, answer):
+        if await _commit(tree, consumers, answer, attempt):
             return merged
         # Some parts may have been confirmed before one was found expired:
         # cancel every part of this request, by part id, confirmed or not.
@@ -151,7 +153,8 @@ def remote_parts(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return parts
 
 
-async def _commit(tree: Router, consumers: list[str], answer: dict[str, Any]) -> bool:
+async def _commit(tree: Router, consumers: list[str], answer: dict[str, Any],
+                  attempt: Attempt) -> bool:
     parts = remote_parts(answer)
 
     def decide() -> bool:
@@ -162,12 +165,15 @@ async def _commit(tree: Router, consumers: list[str], answer: dict[str, Any]) ->
         await asyncio.gather(*(_remote(tree, part, "release") for part in parts))
         await run_in_threadpool(_release_local, tree, consumers)
         return False
-    return await finish(tree, consumers, parts)
+    return await finish(tree, consumers, parts, attempt.request_id)
 
 
-async def finish(tree: Router, consumers: list[str], parts: list[dict[str, Any]]) -> bool:
+async def finish(tree: Router, consumers: list[str], parts: list[dict[str, Any]],
+                 request_id: str | None) -> bool:
     """Drive a decided placement to its end: confirm every remote part, then ours.
-    Returns False (after releasing ours) if a remote part had expired."""
+    Returns False (after releasing ours) if a remote part had expired. Ours
+    becoming permanent is recorded in the ledger (part POOL_DONE): an undo of
+    the request must then remove its allocations, not only its holds."""
     gone = False
     for part in parts:
         for attempt in range(CONFIRM_ATTEMPTS):
@@ -191,6 +197,8 @@ async def finish(tree: Router, consumers: list[str], parts: list[dict[str, Any]]
     def done() -> None:
         with tree.db.write() as conn:
             provisional.done(conn, consumers)
+            if request_id is not None:
+                ledger.add_part(conn, request_id, POOL_DONE, request_id, consumers)
     await run_in_threadpool(done)
     return True
 
@@ -263,7 +271,7 @@ async def recover(tree: Router, decided: Callable[[str | None], Awaitable[bool |
             undone += len(consumers)
             continue
         try:
-            if await finish(tree, consumers, parts):
+            if await finish(tree, consumers, parts, request_id):
                 finished += len(consumers)
         except errors.StratoError:
             continue  # still unreachable; next round

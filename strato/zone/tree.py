@@ -361,21 +361,25 @@ class ZoneTree:
         or recorded in doubt until the child answers)."""
         parts = await self._read(lambda conn: ledger.parts(conn, request_id))
         out = Undone()
-        pooled = [c for p in parts if p.child == shared.POOL for c in p.consumers]
+        pooled = {c for p in parts if p.child == shared.POOL for c in p.consumers}
+        # Confirmed pool parts are permanent allocations of this request: they
+        # go too (no other request can hold these consumers while they exist).
+        permanent = {c for p in parts if p.child == shared.POOL_DONE for c in p.consumers}
+        if placed:
+            permanent |= pooled
 
         def release_here(conn: Connection) -> list[str]:
             held = [h.consumer_uuid for h in provisional.of_request(conn, request_id)]
             gone = provisional.release(conn, held) if held else []
-            if placed and pooled:
-                # Placed and confirmed: the pool part is permanent; it goes too.
-                rest = [c for c in pooled if c not in gone]
+            rest = sorted(permanent - set(gone))
+            if rest:
                 claim(conn, [ConsumerClaim(c, {}) for c in rest])
                 gone += rest
             return gone
         out.released += await self._write(release_here)
         kids = {c.name: c for c in await self.children()}
         for p in parts:
-            if p.child == shared.POOL:
+            if p.child in (shared.POOL, shared.POOL_DONE):
                 continue
             if p.child == LOCAL:
                 found = await run_in_threadpool(self.local.cancel_request, p.part_id)

@@ -366,3 +366,25 @@ def test_a_claim_routed_through_a_zone_is_refused_after_its_cancel(tmp_path: Pat
         assert r.json()["forwarded"] == ["dfw-r1"]
         assert await held_at(tree, p["consumer_uuid"]) == []
     run(tmp_path, scenario)
+
+
+def test_a_split_confirmed_after_its_deadline_leaves_nothing_held(tmp_path: Path) -> None:
+    """The pool part is permanent once the split is confirmed; if the request's
+    time ran out meanwhile, undoing it removes the pool allocation too (the
+    chaos suite found it left behind)."""
+    async def scenario(tree: InProcessTree) -> None:
+        await provider(tree.client("dfw"), "dfw-disk", {"DISK_GB": {"total": 1000}},
+                       traits=["MISC_SHARES_VIA_AGGREGATE"], aggs=[AGG])
+        await provider(tree.client("dfw-r1"), "dfw-r1-agg",
+                       {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}}, aggs=[AGG])
+        await tree.zone_tree("dfw").refresh(fresh=True)
+        tree.delay("dfw-r1", 1.6, "/strato/v1/claims/confirm")
+        b = req(1, request_id="late-split", deadline=time.time() + 1.5)
+        b["groups"] = [{"resources": {"VCPU": 1, "DISK_GB": 10}}]
+        r = await tree.client("dfw").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        await tree.transport.settle()
+        await tree.zone_tree("dfw").reconcile("dfw-r1")
+        assert await held_at(tree, b["consumers"][0]) == []
+        invariants(tree, set())
+    run(tmp_path, scenario, {"child_timeout": 3.0})
