@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -296,9 +297,10 @@ class Checker:
 
 
 def quiesce(cluster: Cluster, *, settle: float, limit: float,
-            log: Any = print) -> tuple[Snapshot, float]:
-    """Wait until holds expired and reconciliation went quiet: no request in
-    doubt at any zone with children, and two snapshots `settle` apart equal.
+            log: Callable[[str], None] = print) -> tuple[Snapshot, float]:
+    """After `settle` seconds (for holds to expire), wait until reconciliation
+    went quiet: no request in doubt at any zone with children, and two
+    snapshots 2 s apart equal.
     Bounded by `limit` seconds; returns the last snapshot and the time taken."""
     began = time.monotonic()
     time.sleep(settle)

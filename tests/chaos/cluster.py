@@ -41,9 +41,11 @@ from tests.chaos.netns import Netns, NetnsUnavailable
 TOKEN = "admin"
 HEADERS = {"x-auth-token": TOKEN, "openstack-api-version": "placement 1.39"}
 LEVELS = ("site", "room", "rack", "host")
-HOST_INVENTORY = {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 8192}}
-ROOT_POOL = {"DISK_GB": {"total": 600}}
-MID_POOL = {"IPV4_ADDRESS": {"total": 24}}
+HOST_INVENTORY = {"VCPU": {"total": 16}, "MEMORY_MB": {"total": 16384}}
+# The pools are small on purpose: their exhaustion (a split that must undo
+# its held part) is part of every run.
+ROOT_POOL = {"DISK_GB": {"total": 800}}
+MID_POOL = {"IPV4_ADDRESS": {"total": 32}}
 HOSTS_PER_CELL = 3
 # Timings short enough that a fault heals within a test run.
 TIMING = ["--summary-interval", "0.3", "--child-timeout", "1.0"]

@@ -22,7 +22,7 @@ KINDS = ("kill_cell", "kill_mid", "pause_mid", "partition")
 class Nemesis:
     def __init__(self, cluster: Cluster, history: History, *, seed: int, duration: float,
                  kinds: tuple[str, ...] = KINDS, first_after: float = 3.0,
-                 gap: tuple[float, float] = (3.0, 6.0),
+                 gap: tuple[float, float] = (3.0, 6.0), shuffle: bool = True,
                  log: Callable[[str], None] = print) -> None:
         self.cluster = cluster
         self.history = history
@@ -31,6 +31,7 @@ class Nemesis:
         self.kinds = kinds
         self.first_after = first_after
         self.gap = gap
+        self.shuffle = shuffle
         self.log = log
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
@@ -49,10 +50,11 @@ class Nemesis:
             begin = time.monotonic()
             if self._stop.wait(self.first_after):
                 return
-            # Every kind once, in a seeded order, then seeded picks: a short
-            # run still sees each fault.
+            # Every kind once, in a seeded order (or as given), then seeded
+            # picks: a short run still sees each fault.
             order = list(self.kinds)
-            self.rng.shuffle(order)
+            if self.shuffle:
+                self.rng.shuffle(order)
             while not self._stop.is_set():
                 left = self.duration - (time.monotonic() - begin)
                 if left < 8.0:

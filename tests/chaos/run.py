@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +50,7 @@ class SeedResult:
         return Counter(v.kind for v in self.violations)
 
 
-def heal_all(cluster: Cluster, log: object = print) -> None:
+def heal_all(cluster: Cluster) -> None:
     """Whatever the nemesis left: resume paused zones, restart dead ones,
     bring the link up."""
     if cluster.netns is not None:
@@ -63,9 +64,9 @@ def heal_all(cluster: Cluster, log: object = print) -> None:
 
 
 def run_seed(seed: int, duration: float, workdir: Path, *, clients: int = 16,
-             kinds: tuple[str, ...] = KINDS, use_netns: bool = True,
-             log: object = print) -> SeedResult:
-    say = log if callable(log) else print
+             kinds: tuple[str, ...] = KINDS, shuffle: bool = True, use_netns: bool = True,
+             log: Callable[[str], None] = print) -> SeedResult:
+    say = log
     res = SeedResult(seed)
     cluster = Cluster(workdir / f"seed-{seed}", use_netns=use_netns)
     try:
@@ -73,7 +74,7 @@ def run_seed(seed: int, duration: float, workdir: Path, *, clients: int = 16,
         history = History()
         workload = Workload(cluster, history, seed=seed, clients=clients, duration=duration)
         nemesis = Nemesis(cluster, history, seed=seed, duration=duration, kinds=kinds,
-                          log=say)
+                          shuffle=shuffle, log=say)
         nemesis.start()
         try:
             workload.run()
@@ -85,10 +86,14 @@ def run_seed(seed: int, duration: float, workdir: Path, *, clients: int = 16,
             raise RuntimeError(f"nemesis failed: {nemesis.error!r}")
         cluster.wait_linked(timeout=90)
         ttl = cluster.hold_ttl()
-        _, waited = quiesce(cluster, settle=ttl + 2.0, limit=ttl + 60.0, log=say)
+        # Holds made up to the end of the workload expire `ttl` later.
+        end = history.end or history.now()
+        _, waited = quiesce(cluster, settle=max(0.5, end + ttl + 2.0 - history.now()),
+                            limit=ttl + 60.0, log=say)
+        before = history.now()
         res.resent = workload.resolve()
-        snap, waited2 = quiesce(cluster, settle=(ttl + 2.0) if res.resent else 0.5,
-                                limit=ttl + 60.0, log=say)
+        settle = (before + ttl + 2.0 - history.now()) if res.resent else 0.5
+        snap, waited2 = quiesce(cluster, settle=max(0.5, settle), limit=ttl + 60.0, log=say)
         res.quiesce_s = waited + waited2
         res.violations = Checker(cluster, history, snap).run()
         res.liveness = measure(cluster, history)
