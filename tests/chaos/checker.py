@@ -107,11 +107,16 @@ def snapshot(cluster: Cluster) -> Snapshot:
     capacity: dict[tuple[str, str, str], int] = {}
     used: dict[tuple[str, str, str], int] = defaultdict(int)
     usages: dict[tuple[str, str, str], int] = {}
+    owner = cluster.owners()
     for name, z in cluster.zones.items():
         byc: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
         with httpx.Client(base_url=z.url, headers=HEADERS, timeout=10.0) as c:
             for rp in _get(c, "/resource_providers")["resource_providers"]:
                 u = rp["uuid"]
+                if owner.get(u, name) != name:
+                    # Another zone's provider, seen through the tree (the root
+                    # as one Placement): counted once, at its owner.
+                    continue
                 for rc, inv in _get(c, f"/resource_providers/{u}/inventories")[
                         "inventories"].items():
                     capacity[(name, u, rc)] = int(
@@ -277,6 +282,7 @@ class Checker:
         acknowledged, live consumer agrees with the providers' view."""
         released = {r.consumer for r in self.history.releases}
         index = self.history.consumer_index()
+        owner = self.cluster.owners()
         clients = {n: httpx.Client(base_url=z.url, headers=HEADERS, timeout=10.0)
                    for n, z in self.cluster.zones.items()}
         try:
@@ -286,7 +292,7 @@ class Checker:
                         continue
                     got = _get(clients[zone], f"/allocations/{consumer}")["allocations"]
                     view = {p: {rc: int(n) for rc, n in a["resources"].items()}
-                            for p, a in got.items()}
+                            for p, a in got.items() if owner.get(p, zone) == zone}
                     if view != held:
                         self._add("inconsistent_read", f"GET /allocations/{consumer} at "
                                   f"{zone} says {view}, providers say {held}",

@@ -192,6 +192,10 @@ class Cluster:
     def hold_ttl(self) -> float:
         return HOLD_TTL if "--hold-ttl" in serve_flags() else DEFAULT_HOLD_TTL
 
+    def owners(self) -> dict[str, str]:
+        """provider uuid -> the zone whose own store holds it."""
+        return {**{u: h.zone for u, h in self.hosts.items()}, **self.pools}
+
     def ancestors(self, name: str) -> list[str]:
         """`name` and the zones above it."""
         out = []

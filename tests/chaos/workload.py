@@ -140,9 +140,11 @@ class Workload:
                 group, level = rng.choice(self._groups)
             else:
                 group = f"g{self.seed}-{rng.getrandbits(32):08x}"
-                level = rng.choice(["host", "host", "rack"])
+                level = rng.choice(["host", "host", "rack", "site"])
                 self._groups.append((group, level))
-        body = self._body(rng, rng.randint(1, 3) if reuse else rng.randint(2, 3),
+        # Two sites in the tree: a site-level group has room for two members.
+        most = 2 if level == "site" else 3
+        body = self._body(rng, rng.randint(1, most) if reuse else rng.randint(2, most),
                           {"VCPU": 1, "MEMORY_MB": 256}, group=group,
                           constraints=[{"type": "anti_affinity", "level": level}])
         self.schedule(c, "anti", body, self._new_id(rng), who)
