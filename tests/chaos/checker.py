@@ -31,14 +31,16 @@ history lines that led to it:
 * over_capacity: no provider holds more than (total - reserved) * ratio.
 * acked_missing / acked_differs: an acknowledged, unreleased consumer is not
   held, or held with other providers or amounts than answered.
-* extra_zone: a consumer held in a zone its answer did not name (e.g. a
-  duplicate request id placed in two cells).
+* placed_twice: an acknowledged consumer's compute also held in a cell its
+  answer did not name (e.g. a duplicate request id placed in two cells).
+* extra_zone: any other part held in a zone its answer did not name.
 * answers_disagree: two 200s for one request id that place a consumer
   differently (a duplicate id placed twice).
 * refused_but_held: every answer was a definite refusal, yet it holds.
 * unacknowledged_but_held: no 200 ever, yet it holds.
 * unplaced_but_held: atomic=false, the answer listed it unplaced, yet it holds.
-* released_but_held: the client released it (every DELETE 204/404), yet it holds.
+* released_but_held: the client released it (every DELETE 204/404), yet a
+  zone its answer named still holds it (parts elsewhere: placed_twice).
 * anti_affinity: two live members of a hard anti-affinity group share the
   failure domain at the group's level.
 * stray_allocation: a consumer no request of this run named.
@@ -225,9 +227,12 @@ class Checker:
                 unsure = {z for rel in released for z, r in rel.zones.items()
                           if r.startswith("failed")}
                 left = {z: h for z, h in held.items() if z not in unsure}
-                if left:
-                    self._add("released_but_held", f"released, yet held: {left}", req,
-                              consumer, list(left))
+                named = {z: h for z, h in left.items() if z in want}
+                if named:
+                    self._add("released_but_held", f"released, yet held: {named}", req,
+                              consumer, list(named))
+                self._extra(req, consumer, want, {z: h for z, h in left.items()
+                                                  if z not in want})
                 continue
             for zone, parts in want.items():
                 got = held.get(zone)
@@ -238,10 +243,20 @@ class Checker:
                 elif got != parts:
                     self._add("acked_differs", f"answered {parts} at {zone}, held {got}",
                               req, consumer, [zone])
-            extra = {z: h for z, h in held.items() if z not in want}
-            if extra:
-                self._add("extra_zone", f"answered at {sorted(want)}, also held at "
-                          f"{extra}", req, consumer, list(extra) + list(want))
+            self._extra(req, consumer, want, {z: h for z, h in held.items()
+                                              if z not in want})
+
+    def _extra(self, req: Request, consumer: str, want: dict[str, Any],
+               extra: dict[str, dict[str, dict[str, int]]]) -> None:
+        """Parts held in zones the answer did not name. Compute in a second
+        cell is a double placement (a duplicate id or a retry run twice);
+        anything else a stray part."""
+        if not extra:
+            return
+        twice = any(p in self.cluster.hosts for h in extra.values() for p in h)
+        self._add("placed_twice" if twice else "extra_zone",
+                  f"answered at {sorted(want)}, also held at {extra}", req, consumer,
+                  list(extra) + list(want))
 
     def _strays(self) -> None:
         known = self.history.consumer_index()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import shutil
 import sys
 import tempfile
@@ -105,7 +106,7 @@ def run_seed(seed: int, duration: float, workdir: Path, *, clients: int = 16,
             "\n".join(e.line() for e in history.events) + "\n" + res.liveness.report() + "\n")
     except Exception as exc:  # reported in the table and the exit code
         res.error = f"{type(exc).__name__}: {exc}"
-        say(f"seed {seed}: error {res.error}")
+        say(f"error {res.error}")
     finally:
         cluster.close()
     return res
@@ -142,6 +143,10 @@ def row(r: SeedResult) -> str:
             f"{r.liveness.longest_gap:>4.1f}s {len(r.violations):>5}  {kinds}")
 
 
+def _progress(seed: int, line: str) -> None:
+    print(f"  seed {seed} {line}", flush=True)
+
+
 def parse_seeds(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
@@ -168,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seed {seed}: starting ({args.duration:.0f}s workload, {workdir})", flush=True)
         r = run_seed(seed, args.duration, workdir, clients=args.clients,
                      use_netns=not args.no_netns,
-                     log=lambda s, seed=seed: print(f"  seed {seed} {s}", flush=True))
+                     log=functools.partial(_progress, seed))
         results.append(r)
         print(f"seed {seed}: done in {time.monotonic() - began:.0f}s: "
               f"{len(r.violations)} violation(s) {dict(r.kinds())}", flush=True)
