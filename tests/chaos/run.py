@@ -85,6 +85,9 @@ def run_seed(seed: int, duration: float, workdir: Path, *, clients: int = 16,
             heal_all(cluster)
         if nemesis.error is not None:
             raise RuntimeError(f"nemesis failed: {nemesis.error!r}")
+        if workload.errors:
+            raise RuntimeError(f"{len(workload.errors)} client error(s), first: "
+                               f"{workload.errors[0]}")
         cluster.wait_linked(timeout=90)
         ttl = cluster.hold_ttl()
         # Holds made up to the end of the workload expire `ttl` later.

@@ -16,7 +16,7 @@ from tests.chaos.run import HEADER, row, run_seed
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(420)]
 
 SEED = 7
-DURATION = 45.0
+DURATION = 35.0
 # The quick faults first: a restart takes seconds of imports on a loaded machine.
 ORDER = ("partition", "pause_mid", "kill_cell", "kill_mid")
 

@@ -71,6 +71,7 @@ class Workload:
         self._live: list[Live] = []  # acknowledged and not released yet
         self._groups: list[tuple[str, str]] = []  # (group name, anti-affinity level)
         self._counter = 0
+        self.errors: list[str] = []  # exceptions in the clients themselves
 
     # -- running ---------------------------------------------------------------------
 
@@ -103,7 +104,11 @@ class Workload:
                 op = rng.choices(names, weights)[0]
                 if len(self._live) > HIGH_WATER:
                     op = "release"
-                ops[op](c, rng, f"c{index}")
+                try:
+                    ops[op](c, rng, f"c{index}")
+                except Exception as exc:  # a client bug must not end the client silently
+                    with self._lock:
+                        self.errors.append(f"c{index} {op}: {exc!r}")
                 # Think time: enough load to race, not so much that our own load
                 # (the machine is shared) makes every child time out.
                 time.sleep(rng.uniform(0.05, 0.3))
