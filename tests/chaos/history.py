@@ -131,7 +131,8 @@ class History:
         self.releases: list[Release] = []
         self.events: list[Event] = []
         self.room: list[RoomSample] = []
-        self.end: float | None = None  # when the workload stopped
+        self.stop_at: float | None = None  # when the clients were told to stop
+        self.end: float | None = None  # when the last client ended
 
     def now(self) -> float:
         return time.monotonic() - self.t0

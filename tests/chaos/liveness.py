@@ -4,7 +4,8 @@ them loosely, the long run prints them against the 5 s targets).
 * heal_to_use: for each healed fault, seconds from the heal (restart
   answered, SIGCONT sent, link up) until the root's first 200 that places a
   consumer in the healed zone's subtree. A zone never used again before the
-  workload ended counts as (end - heal) and is flagged censored.
+  workload ended counts as (end - heal) and is flagged censored; a heal in
+  the last 5 s of the workload is not measured.
 * longest_gap: the longest time with no successful placement while at least
   half the cells were up (no fault on them or above them) and had room (seen
   directly by the monitor: a small request fits). Time in which that
@@ -21,11 +22,14 @@ from tests.chaos.cluster import Cluster
 from tests.chaos.history import History
 
 STEP = 0.05
+# A heal this close to the end of the workload cannot show a 5 s target met.
+TOO_LATE = 5.0
 
 
 @dataclass
 class Liveness:
     heal_to_use: list[tuple[str, str, float, bool]] = field(default_factory=list)
+    unmeasured: list[tuple[str, str]] = field(default_factory=list)  # healed too late
     longest_gap: float = 0.0
     gap_at: float = 0.0
 
@@ -43,6 +47,8 @@ class Liveness:
         lines = [f"  {kind:<10} {zone:<6} used again after {d:5.1f}s"
                  + (" (never, run ended)" if censored else "")
                  for kind, zone, d, censored in self.heal_to_use]
+        lines += [f"  {kind:<10} {zone:<6} healed too near the end to measure"
+                  for kind, zone in self.unmeasured]
         med = self.median_heal
         lines.append(f"  heal->use median {'-' if med is None else f'{med:.1f}s'}; longest "
                      f"gap without a placement {self.longest_gap:.1f}s (ending at "
@@ -51,7 +57,9 @@ class Liveness:
 
 
 def measure(cluster: Cluster, history: History) -> Liveness:
-    end = history.end if history.end is not None else history.now()
+    # Up to when the clients were told to stop: the last answers trickle in
+    # with no new requests behind them.
+    end = history.stop_at or history.end or history.now()
     successes = sorted(
         (a.done, p["zone"])
         for r in history.requests.values() for a in r.oks()
@@ -59,7 +67,8 @@ def measure(cluster: Cluster, history: History) -> Liveness:
         for p in a.answer["placements"])
     out = Liveness()
     for ev in history.events:
-        if ev.healed is None or ev.healed >= end:
+        if ev.healed is None or ev.healed > end - TOO_LATE:
+            out.unmeasured.append((ev.kind, ev.zone))
             continue
         used = next((t for t, path in successes
                      if t >= ev.healed and ev.zone in path.split("/")), None)

@@ -83,6 +83,7 @@ class Workload:
         for t in threads:
             t.start()
         self._stop.wait(self.duration)
+        self.history.stop_at = self.history.now()
         self._stop.set()
         for t in threads:
             t.join(PATIENT_TIMEOUT * (RETRIES + 1))
