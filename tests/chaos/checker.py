@@ -29,8 +29,9 @@ Invariants, each reported with the request id, consumer, zones and the
 history lines that led to it:
 
 * over_capacity: no provider holds more than (total - reserved) * ratio.
-* acked_missing / acked_differs: an acknowledged, unreleased consumer is not
-  held, or held with other providers or amounts than answered.
+* acked_missing / acked_differs: an acknowledged consumer is not held (at
+  the end, or when its release found nothing: 404), or held with other
+  providers or amounts than answered.
 * placed_twice: an acknowledged consumer's compute also held in a cell its
   answer did not name (e.g. a duplicate request id placed in two cells).
 * extra_zone: any other part held in a zone its answer did not name.
@@ -226,6 +227,13 @@ class Checker:
                 # A part whose DELETE got no definite answer may remain.
                 unsure = {z for rel in released for z, r in rel.zones.items()
                           if r.startswith("failed")}
+                # A 404 from a zone the answer named: the placement was lost
+                # before the client let it go.
+                gone = sorted({z for rel in released for z, r in rel.zones.items()
+                               if r == "absent" and z in want})
+                if gone:
+                    self._add("acked_missing", f"answered at {gone}, but the release "
+                              "found nothing there (404)", req, consumer, gone)
                 left = {z: h for z, h in held.items() if z not in unsure}
                 named = {z: h for z, h in left.items() if z in want}
                 if named:
