@@ -69,6 +69,7 @@ class Workload:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._live: list[Live] = []  # acknowledged and not released yet
+        self._acked: set[str] = set()  # every consumer ever acknowledged
         self._groups: list[tuple[str, str]] = []  # (group name, anti-affinity level)
         self._counter = 0
         self.errors: list[str] = []  # exceptions in the clients themselves
@@ -229,9 +230,11 @@ class Workload:
 
     def _acknowledged(self, rid: str, answer: dict[str, Any]) -> None:
         with self._lock:
-            known = {lv.consumer for lv in self._live}
             for p in answer.get("placements", []):
-                if p["consumer_uuid"] not in known:
+                # Once: a duplicate's or a retry's 200 may come after the
+                # consumer was released already.
+                if p["consumer_uuid"] not in self._acked:
+                    self._acked.add(p["consumer_uuid"])
                     self._live.append(Live(p["consumer_uuid"], rid, placement_zones(p)))
 
     # -- releases --------------------------------------------------------------------
@@ -255,13 +258,15 @@ class Workload:
     def _delete(self, zone: str, consumer: str) -> str:
         url = self.cluster.zones[zone].url
         why = ""
-        for _ in range(RETRIES):
+        for n in range(RETRIES):
             try:
                 r = httpx.delete(f"{url}/allocations/{consumer}", headers=HEADERS, timeout=3.0)
                 if r.status_code == 204:
                     return "deleted"
                 if r.status_code == 404:
-                    return "absent"
+                    # After an attempt without an answer (a paused zone runs
+                    # it when resumed), a 404 may be that attempt's doing.
+                    return "absent" if n == 0 else "deleted (404 on a retry)"
                 why = f"{r.status_code}"
             except httpx.HTTPError as exc:
                 why = type(exc).__name__
