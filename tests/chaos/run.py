@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import functools
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -80,9 +81,10 @@ def run_seed(seed: int, duration: float, workdir: Path, *, clients: int = 16,
         try:
             workload.run()
         finally:
+            # The nemesis heals the fault in progress as it stops.
             workload.stop()
             nemesis.stop()
-            heal_all(cluster)
+        heal_all(cluster)
         if nemesis.error is not None:
             raise RuntimeError(f"nemesis failed: {nemesis.error!r}")
         if workload.errors:
@@ -169,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-netns", action="store_true", help="partition by SIGSTOP instead")
     ap.add_argument("--show", type=int, default=5, help="violations printed per seed")
     args = ap.parse_args(argv)
+    # A plain `kill` of the runner must still stop our servers and remove the
+    # namespace: SystemExit runs every cleanup on its way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="strato-chaos-"))
     results = []
     for seed in parse_seeds(args.seeds):
