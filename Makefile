@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all install demo test test-fast lint bench clean
+.PHONY: all install demo test test-fast lint bench clean chaos chaos-short
 
 all: test
 
@@ -26,6 +26,17 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# Jepsen-style runs of the zone tree (tests/chaos): real processes, a nemesis
+# (kill -9, SIGSTOP, a network partition in a namespace: needs root), then
+# every zone's store checked. Exits non-zero on any safety violation.
+SEEDS ?= 1-10
+DURATION ?= 75
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos.run --seeds $(SEEDS) --duration $(DURATION) $(CHAOS_ARGS)
+
+chaos-short: $(STAMP)
+	$(BIN)/python -m pytest -q -s -m chaos tests/chaos $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check strato tests benchmarks
