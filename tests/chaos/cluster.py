@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 from strato.process import free_port
-from tests.chaos.netns import Netns, NetnsUnavailable
+from tests.chaos.netns import Netns, NetnsUnavailable, Relay
 
 TOKEN = "admin"
 HEADERS = {"x-auth-token": TOKEN, "openstack-api-version": "placement 1.39"}
@@ -174,6 +174,7 @@ class Cluster:
     pools: dict[str, str] = field(default_factory=dict)  # provider uuid -> zone name
     netns: Netns | None = None
     netns_note: str = ""
+    relay: Relay | None = None
     agg_root: str = field(default_factory=lambda: str(uuid.uuid4()))
     agg_mid: str = field(default_factory=lambda: str(uuid.uuid4()))
 
@@ -226,12 +227,14 @@ class Cluster:
         self._add([root])
         mids = []
         for m, site in (("mid1", "s1"), ("mid2", "s2")):
-            # mid1 is the parent of the namespaced cell, which calls it at the
-            # host side of the veth: it listens on every address (with a token).
-            bind = "0.0.0.0" if m == "mid1" and self.netns else "127.0.0.1"
-            mids.append(Zone(m, f"root/{m}", self.workdir, bind=bind, parent=root,
+            mids.append(Zone(m, f"root/{m}", self.workdir, parent=root,
                              location_prefix=site))
         self._add(mids)
+        if self.netns is not None:
+            # mid1 is the parent of the namespaced cell, which calls it at the
+            # host side of the veth: a relay there, the server on loopback.
+            mid1 = self.zones["mid1"]
+            self.relay = Relay(self.netns.host_addr, mid1.port, mid1.port).start()
         cells = []
         for i, (m, room) in enumerate((("mid1", "room1"), ("mid1", "room2"),
                                        ("mid2", "room1"), ("mid2", "room2")), start=1):
@@ -296,6 +299,8 @@ class Cluster:
         for z in self.zones.values():
             with contextlib.suppress(Exception):
                 z.stop()
+        if self.relay is not None:
+            self.relay.stop()
         if self.netns is not None:
             self.netns.remove()
 

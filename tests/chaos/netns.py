@@ -9,8 +9,11 @@ and `remove()` is idempotent so it can run from every cleanup path.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import subprocess
+import threading
 from dataclasses import dataclass
 
 
@@ -75,3 +78,54 @@ class Netns:
         if self.created:
             _ip("netns", "del", self.name, check=False)
             self.created = False
+
+
+class Relay:
+    """TCP from the veth's host side to a server on loopback: the namespaced
+    cell reaches its parent while every server listens on 127.0.0.1 only.
+    When the link is down the namespace cannot reach it: a real partition."""
+
+    def __init__(self, listen_host: str, listen_port: int, target_port: int) -> None:
+        self.listen = (listen_host, listen_port)
+        self.target_port = target_port
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="chaos-relay")
+        self._server: asyncio.Server | None = None
+
+    def start(self) -> Relay:
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(self._serve(), self._loop)
+        fut.result(10)
+        return self
+
+    async def _serve(self) -> None:
+        self._server = await asyncio.start_server(self._handle, *self.listen)
+
+    async def _handle(self, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                dst.close()
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+
+    def stop(self) -> None:
+        async def close() -> None:
+            if self._server is not None:
+                self._server.close()
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
