@@ -43,8 +43,9 @@ class Builder:
     env: dict[str, str] = field(default_factory=base_env)
     names: dict[str, str] = field(default_factory=dict)
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        answer = self.client.request(method, path, json=body, headers=ADMIN)
+    def _call(self, method: str, path: str, body: Any = None, version: str = "latest") -> Any:
+        headers = {**ADMIN, "openstack-api-version": f"placement {version}"}
+        answer = self.client.request(method, path, json=body, headers=headers)
         if answer.status_code >= 400:
             raise RuntimeError(f"{method} {path} -> {answer.status_code}: {answer.text}")
         return answer.json() if answer.content else None
@@ -93,7 +94,7 @@ class Builder:
         consumer = consumer or str(uuid.uuid4())
         self._call("PUT", f"/allocations/{consumer}", {
             "allocations": {rp: {"resources": used}}, "project_id": project,
-            "user_id": user, "consumer_generation": None})
+            "user_id": user, "consumer_generation": None}, version="1.28")
         return consumer
 
 

@@ -51,8 +51,10 @@ from strato.store.db import Database
 
 router = APIRouter()
 
-_GROUP_KEY = re.compile(r"^(resources|required|member_of|in_tree)([1-9][0-9]*)?$")
-_GROUP_KEY_1_33 = re.compile(r"^(resources|required|member_of|in_tree)([a-zA-Z0-9_-]{1,64})?$")
+_SUFFIX = r"[1-9][0-9]*"
+_SUFFIX_1_33 = r"[a-zA-Z0-9_-]{1,64}"
+_GROUP_KEY = re.compile(rf"^(resources|required|member_of|in_tree)({_SUFFIX})?$")
+_GROUP_KEY_1_33 = re.compile(rf"^(resources|required|member_of|in_tree)({_SUFFIX_1_33})?$")
 _LIMIT = re.compile(r"^[1-9][0-9]*$")
 _engine_lock = threading.Lock()
 
@@ -177,6 +179,21 @@ def _group_key(key: str, v: Version) -> tuple[str, str] | None:
     return m.group(1), m.group(2) or ""
 
 
+def _unexpected(bad: list[str], v: Version) -> str:
+    """jsonschema's words for unknown parameters: from 1.25 the group keys are
+    patterns, and the message lists them."""
+    names = sorted(set(bad))
+    joined = ", ".join(repr(b) for b in names)
+    if v < V1_25:
+        return (f"Additional properties are not allowed ({joined} "
+                f"{'was' if len(names) == 1 else 'were'} unexpected)")
+    suffix = f"({_SUFFIX_1_33 if v >= V1_33 else _SUFFIX})?$"
+    kinds = ["member_of", "required", "resources"] + (["in_tree"] if v >= V1_31 else [])
+    patterns = ", ".join(repr(f"^{k}{suffix}") for k in sorted(kinds))
+    return (f"{joined} {'does' if len(names) == 1 else 'do'} not match any of the regexes: "
+            f"{patterns}")
+
+
 def parse_request(items: list[tuple[str, str]], v: Version) -> CandidateRequest:
     """A validated CandidateRequest from the query string, or a 400 as Placement."""
     wide_allowed = _wide_params(v)
@@ -193,17 +210,18 @@ def parse_request(items: list[tuple[str, str]], v: Version) -> CandidateRequest:
             continue
         getattr(raw[kind[1]], kind[0]).append(value)
     if bad:
-        names = sorted(set(bad))
-        raise errors.BadRequest(
-            "Invalid query string parameters: Additional properties are not allowed "
-            f"({', '.join(repr(b) for b in names)} {'was' if len(names) == 1 else 'were'} "
-            "unexpected)")
+        raise errors.BadRequest(f"Invalid query string parameters: {_unexpected(bad, v)}")
     if v < V1_25 and not raw[""].resources:
         raise errors.BadRequest("Invalid query string parameters: 'resources' is a required "
                                 "property", errors.QUERYPARAM_MISSING_VALUE)
     groups = tuple(_parse_group(suffix, g, v) for suffix, g in sorted(raw.items()))
+    conflicts = sorted(c for g in groups
+                       for c in query.conflicting_traits(g.suffix, g.required, g.forbidden))
     same_subtree = _parse_same_subtree(wide.get("same_subtree", []), groups)
     _check_resourceless(groups, same_subtree, v)
+    if conflicts:
+        raise errors.BadRequest("Conflicting required and forbidden traits found in the "
+                                f"following traits keys: {', '.join(conflicts)}")
     policy = _parse_group_policy(wide.get("group_policy", []), groups)
     root_required, root_forbidden = _parse_root_required(wide.get("root_required", []), v)
     return CandidateRequest(
@@ -271,7 +289,7 @@ def _check_resourceless(groups: tuple[RequestGroup, ...],
                                 errors.QUERYPARAM_BAD_VALUE)
     if not groups:
         raise errors.BadRequest(
-            "At least one request group (`resources` or `resources{N}`) is required.",
+            "At least one request group (`resources` or `resources{$S}`) is required.",
             errors.QUERYPARAM_MISSING_VALUE)
 
 
@@ -282,24 +300,26 @@ def _parse_group_policy(values: list[str], groups: tuple[RequestGroup, ...]) -> 
                 'The "group_policy" parameter is required when specifying more than one '
                 '"resources{N}" parameter.', errors.QUERYPARAM_MISSING_VALUE)
         return GroupPolicy.NONE
-    value = values[-1]
-    try:
-        return GroupPolicy(value)
-    except ValueError:
-        raise errors.BadRequest(
-            f"Invalid query string parameters: {value!r} is not one of ['none', 'isolate']",
-            errors.QUERYPARAM_BAD_VALUE) from None
+    # As `limit`: every value must be valid, the first one counts.
+    for value in values:
+        if value not in ("none", "isolate"):
+            raise errors.BadRequest(
+                f"Invalid query string parameters: {value!r} is not one of ['none', "
+                "'isolate']", errors.QUERYPARAM_BAD_VALUE)
+    return GroupPolicy(values[0])
 
 
 def _parse_limit(values: list[str]) -> int | None:
+    """The first `limit` counts (as in Placement); each must be a positive integer."""
     if not values:
         return None
-    value = values[-1]
-    if not _LIMIT.match(value):
-        raise errors.BadRequest(
-            f"Invalid query string parameters: 'limit' must be a positive integer. Got: "
-            f"{value!r}", errors.QUERYPARAM_BAD_VALUE)
-    return int(value)
+    for value in values:
+        if not _LIMIT.match(value):
+            raise errors.BadRequest(
+                f"Invalid query string parameters: {value!r} does not match "
+                f"{_LIMIT.pattern!r} (Failed validating 'pattern' in "
+                "schema['properties']['limit'])", errors.QUERYPARAM_BAD_VALUE)
+    return int(values[0])
 
 
 def _parse_root_required(values: list[str], v: Version
@@ -339,7 +359,7 @@ def _parse_same_subtree(values: list[str], groups: tuple[RequestGroup, ...]
     known = {g.suffix for g in groups}
     out: list[tuple[str, ...]] = []
     for value in values:
-        suffixes = value.split(",")
+        suffixes = [s.strip() for s in value.split(",")]
         if "" in suffixes:
             raise errors.BadRequest(
                 "Empty string (unsuffixed group) can not be specified in `same_subtree` ",
