@@ -133,7 +133,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
 
     @app.exception_handler(errors.StratoError)
     async def _strato_error(request: Request, exc: errors.StratoError) -> Response:
-        return error_response(exc.status, exc.title, exc.detail, exc.code, _rid(request))
+        return error_response(exc.status, exc.title, exc.detail, exc.code, _rid(request),
+                              accept=request.headers.get("accept"))
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -150,7 +151,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
                 headers = {k: v for k, v in headers.items() if k.lower() != "allow"}
                 headers["allow"] = ", ".join(methods)
         return error_response(exc.status_code, _TITLES.get(exc.status_code, detail), detail,
-                              errors.DEFAULT, _rid(request), headers)
+                              errors.DEFAULT, _rid(request), headers,
+                              accept=request.headers.get("accept"))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:

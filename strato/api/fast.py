@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strato.api.auth import CONTEXT_KEY, Context
@@ -64,7 +65,7 @@ class FastSchedule:
         rid = scope.get(REQUEST_ID_KEY)
         try:
             answer = await self.state.tree.schedule(req)
-            response = json_response(answer)
+            response: Response = json_response(answer)
         except NoValidPlacement as exc:
             await run_in_threadpool(self.state.scheduler.record_failure, req, exc)
             err = error_body(409, "Conflict", exc.detail, exc.code, rid)
