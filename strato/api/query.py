@@ -44,32 +44,27 @@ def is_uuid(value: str) -> bool:
 
 
 def parse_resources(value: str, param: str = "resources") -> tuple[tuple[str, int], ...]:
-    if not value:
-        raise errors.BadRequest(
-            f"Badly formed {param} parameter. Expected {param} query string parameter in "
-            f"form: ?{param}=VCPU:2,MEMORY_MB:1024. Got: empty string.",
-            errors.QUERYPARAM_BAD_VALUE)
+    """(class, amount) pairs, checked and worded as Placement's util does (its messages
+    name `resources` whatever the group suffix; a repeated class keeps its last amount)."""
+    form = "Badly formed resources parameter. Expected resources query string parameter in " \
+        "form: ?resources=VCPU:2,MEMORY_MB:1024. Got: "
+    if not value.strip():
+        raise errors.BadRequest(f"{form}empty string.", errors.QUERYPARAM_BAD_VALUE)
     out: dict[str, int] = {}
     for item in value.split(","):
-        rc, sep, amount = item.partition(":")
-        rc = rc.strip()
-        if not sep or not rc:
-            raise errors.BadRequest(
-                f"Badly formed {param} parameter. Expected {param} query string parameter "
-                f"in form: ?{param}=VCPU:2,MEMORY_MB:1024. Got: {value}.",
-                errors.QUERYPARAM_BAD_VALUE)
+        parts = item.split(":")
+        if len(parts) != 2 or not parts[0].strip():
+            raise errors.BadRequest(f"{form}{item}.", errors.QUERYPARAM_BAD_VALUE)
+        rc, amount = parts[0].strip(), parts[1]
         try:
             n = int(amount)
         except ValueError:
-            n = -1
-        if n < 1:
             raise errors.BadRequest(
                 f"Requested resource {rc} expected positive integer amount. Got: {amount}.",
-                errors.QUERYPARAM_BAD_VALUE)
-        if rc in out:
-            raise errors.BadRequest(
-                f"Badly formed {param} parameter: resource class {rc} appears more than "
-                "once.", errors.QUERYPARAM_BAD_VALUE)
+                errors.QUERYPARAM_BAD_VALUE) from None
+        if n < 1:
+            raise errors.BadRequest(f"Requested resource {rc} requires amount >= 1. Got: {n}.",
+                                    errors.QUERYPARAM_BAD_VALUE)
         out[rc] = n
     return tuple(out.items())
 

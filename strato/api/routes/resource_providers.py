@@ -23,6 +23,7 @@ from strato.api.microversion import (
     V1_18,
     V1_20,
     V1_37,
+    V1_39,
     Version,
     version,
 )
@@ -167,7 +168,10 @@ def list_resource_providers(request: Request) -> Response:
             f"Invalid query string parameters: 'in_tree' is not a valid UUID: {in_tree!r}")
     member_values = request.query_params.getlist("member_of")
     member_of, not_member_of = query.parse_member_of(member_values, v)
-    required_values = request.query_params.getlist("required")[-1:]
+    # Repeating `required` (AND) arrived with 1.39; before, the last one counts.
+    required_values = request.query_params.getlist("required")
+    if v < V1_39:
+        required_values = required_values[-1:]
     required, forbidden = query.parse_required(required_values, v)
     res_value = query.single(request, "resources")
     resources = query.parse_resources(res_value) if res_value is not None else ()
