@@ -49,3 +49,6 @@ class Settings:
     # (per process). 1 measured best on SQLite with 2 cores: concurrent
     # planners only contend for the GIL (benchmarks/README.md).
     schedule_concurrency: int = 1
+    # CORS (Placement's [cors] allowed_origin and allow_headers): none, no CORS.
+    cors_allowed_origins: tuple[str, ...] = ()
+    cors_allow_headers: tuple[str, ...] = ()

@@ -21,6 +21,7 @@ from starlette.routing import Match
 
 import strato
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
+from strato.api.cors import CorsMiddleware, CorsPolicy
 from strato.api.fast import FastSchedule
 from strato.api.middleware import StratoMiddleware, accepts_json
 from strato.api.responses import REQUEST_ID_KEY, error_response
@@ -183,4 +184,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.add_middleware(FastSchedule, state=app.state)
     app.add_middleware(StratoMiddleware, auth=strategy,
                        max_body_bytes=settings.max_body_bytes)
+    if settings.cors_allowed_origins:
+        app.add_middleware(CorsMiddleware, policy=CorsPolicy(
+            settings.cors_allowed_origins, settings.cors_allow_headers))
     return app

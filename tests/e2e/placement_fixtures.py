@@ -344,6 +344,13 @@ FIXTURES: dict[str, Callable[[Builder], None]] = {
 }
 
 
+# Placement's fixture class → the server flags its configuration amounts to.
+SERVER_FLAGS: dict[str, list[str]] = {
+    "CORSFixture": ["--cors-allowed-origin", "http://valid.example.com",
+                    "--cors-allow-header", "openstack-api-version"],
+}
+
+
 def build(fixture: str, base_url: str) -> dict[str, str]:
     """Build `fixture`'s data on the server at `base_url`; the variables it exports."""
     with httpx.Client(base_url=base_url, timeout=30) as client:

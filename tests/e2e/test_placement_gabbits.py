@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.placement_fixtures import FIXTURES, build
+from tests.e2e.placement_fixtures import FIXTURES, SERVER_FLAGS, build
 from tests.helpers.server import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -81,9 +81,10 @@ def _fixture_of(path: Path) -> str:
 def test_placement_gabbit(name: str, gabbits: Path, tmp_path: Path) -> None:
     path = gabbits / f"{name}.yaml"
     assert path.exists(), path
-    with ServerProcess(f"sqlite:///{tmp_path / 'strato.db'}",
-                       log_path=tmp_path / "server.log") as server:
-        env = build(_fixture_of(path), server.url)
+    fixture = _fixture_of(path)
+    with ServerProcess(f"sqlite:///{tmp_path / 'strato.db'}", log_path=tmp_path / "server.log",
+                       extra=SERVER_FLAGS.get(fixture, [])) as server:
+        env = build(fixture, server.url)
         runner = Path(sys.executable).with_name("gabbi-run")
         done = subprocess.run([str(runner), f"127.0.0.1:{server.port}", "--", str(path)],
                               env={**os.environ, **env}, capture_output=True,
