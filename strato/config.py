@@ -52,3 +52,6 @@ class Settings:
     # CORS (Placement's [cors] allowed_origin and allow_headers): none, no CORS.
     cors_allowed_origins: tuple[str, ...] = ()
     cors_allow_headers: tuple[str, ...] = ()
+    # Placement's policy defaults: "legacy" (its default), "secure" (new defaults
+    # only) or "open" (any authenticated caller); strato/api/policy.py.
+    policy: str = "legacy"

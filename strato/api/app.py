@@ -24,6 +24,7 @@ from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
 from strato.api.cors import CorsMiddleware, CorsPolicy
 from strato.api.fast import FastSchedule
 from strato.api.middleware import StratoMiddleware, accepts_json
+from strato.api.policy import PolicyMode
 from strato.api.responses import REQUEST_ID_KEY, error_response
 from strato.api.routes import ROUTERS
 from strato.config import Settings
@@ -131,6 +132,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
                                       request_retention=settings.request_retention,
                                       schedule_concurrency=settings.schedule_concurrency))
     app.state.tree = tree
+    app.state.policy = PolicyMode(settings.policy)
 
     @app.exception_handler(errors.StratoError)
     async def _strato_error(request: Request, exc: errors.StratoError) -> Response:

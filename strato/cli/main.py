@@ -92,6 +92,10 @@ def serve(
         "(repeatable); none: no CORS, as Placement without [cors] allowed_origin."),
     cors_allow_header: list[str] = typer.Option(
         [], "--cors-allow-header", help="A header CORS requests may send (repeatable)."),
+    policy: str = typer.Option("legacy", envvar="STRATO_POLICY",
+                               help="Placement's policy defaults: legacy (its default), "
+                               "secure (new defaults only) or open (any authenticated "
+                               "caller)."),
 ) -> None:
     """Run a Strato zone server (a zone of a zone tree, or a standalone one)."""
     import uvicorn
@@ -100,6 +104,9 @@ def serve(
     from strato.engine.service import EngineConfig, parse_class_weights
 
     url = _db_url(db, data_dir)
+    if policy not in ("legacy", "secure", "open"):
+        console.print(f"[red]invalid --policy[/]: {policy} (legacy, secure or open)")
+        raise typer.Exit(2)
     try:
         weights = None if class_weights is None else parse_class_weights(class_weights)
         # Fail here, with the reason, rather than in every worker at start-up.
@@ -135,7 +142,7 @@ def serve(
                         child_timeout=child_timeout,
                         schedule_concurrency=schedule_concurrency,
                         cors_allowed_origins=tuple(cors_allowed_origin),
-                        cors_allow_headers=tuple(cors_allow_header))
+                        cors_allow_headers=tuple(cors_allow_header), policy=policy)
     # Migrate once, before workers start, so they do not race on it.
     from strato.store.migrate import upgrade
     database = Database(url)
@@ -159,6 +166,7 @@ def serve(
                    "STRATO_RANDOMIZE_CANDIDATES": None if randomize_candidates is None
                    else str(int(randomize_candidates))}
         os.environ.update({k: v for k, v in ranking.items() if v is not None})
+        os.environ["STRATO_POLICY"] = policy
         os.environ["STRATO_CORS_ALLOWED_ORIGINS"] = ",".join(cors_allowed_origin)
         os.environ["STRATO_CORS_ALLOW_HEADERS"] = ",".join(cors_allow_header)
         uvicorn.run("strato.cli.main:app_from_env", factory=True, host=host, port=port,
@@ -189,7 +197,8 @@ def app_from_env() -> FastAPI:
         cors_allowed_origins=tuple(o for o in env.get("STRATO_CORS_ALLOWED_ORIGINS",
                                                       "").split(",") if o),
         cors_allow_headers=tuple(h for h in env.get("STRATO_CORS_ALLOW_HEADERS",
-                                                    "").split(",") if h)),
+                                                    "").split(",") if h),
+        policy=env.get("STRATO_POLICY", "legacy")),
         migrate=False)
 
 

@@ -348,6 +348,8 @@ FIXTURES: dict[str, Callable[[Builder], None]] = {
 SERVER_FLAGS: dict[str, list[str]] = {
     "CORSFixture": ["--cors-allowed-origin", "http://valid.example.com",
                     "--cors-allow-header", "openstack-api-version"],
+    "OpenPolicyFixture": ["--policy", "open"],
+    "SecureRBACPolicyFixture": ["--policy", "secure"],
 }
 
 

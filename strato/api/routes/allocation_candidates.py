@@ -120,7 +120,7 @@ def stale_providers(request: Request) -> StaleProviders | None:
 @router.get("/allocation_candidates")
 def list_allocation_candidates(request: Request) -> Response:
     v = require(request, V1_10)
-    deps.require_admin(request, "placement:allocation_candidates:list")
+    deps.authorize(request, "placement:allocation_candidates:list")
     parsed = parse_request(request.query_params.multi_items(), v)
     engine = get_engine(request)
     rcs = {rc for g in parsed.groups for rc in g.resource_classes}

@@ -92,7 +92,7 @@ def _headers(v: Version, p: store.Provider | None = None) -> dict[str, str] | No
 
 @router.post("/resource_providers")
 async def create_resource_provider(request: Request) -> Response:
-    deps.require_admin(request, "placement:resource_providers:create")
+    deps.authorize(request, "placement:resource_providers:create")
     v = version(request)
     body: CreateProvider | CreateProviderV1_0 = await read_model(
         request, CreateProvider if v >= V1_14 else CreateProviderV1_0)
@@ -109,7 +109,7 @@ async def create_resource_provider(request: Request) -> Response:
 
 @router.get("/resource_providers/{uuid}")
 def get_resource_provider(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:show")
+    deps.authorize(request, "placement:resource_providers:show")
     v = version(request)
     with deps.db(request).read() as conn:
         p = store.get_provider(conn, uuid)
@@ -118,7 +118,7 @@ def get_resource_provider(request: Request, uuid: str) -> Response:
 
 @router.put("/resource_providers/{uuid}")
 async def update_resource_provider(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:update")
+    deps.authorize(request, "placement:resource_providers:update")
     v = version(request)
     data: UpdateProvider | UpdateProviderV1_0 = await read_model(
         request, UpdateProvider if v >= V1_14 else UpdateProviderV1_0)
@@ -134,7 +134,7 @@ async def update_resource_provider(request: Request, uuid: str) -> Response:
 
 @router.delete("/resource_providers/{uuid}")
 def delete_resource_provider(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:delete")
+    deps.authorize(request, "placement:resource_providers:delete")
     with deps.db(request).write() as conn:
         store.delete_provider(conn, uuid)
     return Response(status_code=204)
@@ -155,7 +155,7 @@ def _list_params(v: Version) -> list[str]:
 
 @router.get("/resource_providers")
 def list_resource_providers(request: Request) -> Response:
-    deps.require_admin(request, "placement:resource_providers:list")
+    deps.authorize(request, "placement:resource_providers:list")
     v = version(request)
     query.check_params(request, _list_params(v))
     uuid = query.single(request, "uuid")
