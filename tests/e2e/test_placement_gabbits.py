@@ -30,8 +30,13 @@ WHEEL = "openstack-placement==16.0.0"
 GABBITS = "placement/tests/functional/gabbits/"
 CACHE = Path(__file__).resolve().parents[2] / ".cache" / "placement"
 
-# file name → why it cannot pass in our stack.
-XFAIL: dict[str, str] = {}
+# file name → why it cannot pass in our stack (docs/api.md lists them too).
+XFAIL: dict[str, str] = {
+    "basic-http": "its 'bad content length not int' request cannot be sent over a socket: "
+                  "gabbi's client (httpx over h11) refuses a non-numeric Content-Length "
+                  "before sending (Placement runs it in-process through wsgi-intercept), "
+                  "and uvicorn would refuse it before the application",
+}
 
 
 def _wheel() -> Path:
