@@ -214,18 +214,22 @@ def parse_request(items: list[tuple[str, str]], v: Version) -> CandidateRequest:
     if v < V1_25 and not raw[""].resources:
         raise errors.BadRequest("Invalid query string parameters: 'resources' is a required "
                                 "property", errors.QUERYPARAM_MISSING_VALUE)
-    groups = tuple(_parse_group(suffix, g, v) for suffix, g in sorted(raw.items()))
+    # Placement's order: the schema (limit, group_policy), the request-wide
+    # parameters, each group in query order, then the checks across groups.
+    limit = _parse_limit(wide.get("limit", []))
+    policy_values = _check_group_policy(wide.get("group_policy", []))
+    root_required, root_forbidden = _parse_root_required(wide.get("root_required", []), v)
+    same_subtree = _parse_same_subtree(wide.get("same_subtree", []))
+    parsed = {suffix: _parse_group(suffix, g, v) for suffix, g in raw.items()}
+    groups = tuple(parsed[suffix] for suffix in sorted(parsed))
+    _check_resourceless([parsed[suffix] for suffix in raw], same_subtree, v)
     conflicts = sorted(c for g in groups
                        for c in query.conflicting_traits(g.suffix, g.required, g.forbidden))
-    same_subtree = _parse_same_subtree(wide.get("same_subtree", []), groups)
-    _check_resourceless(groups, same_subtree, v)
     if conflicts:
         raise errors.BadRequest("Conflicting required and forbidden traits found in the "
                                 f"following traits keys: {', '.join(conflicts)}")
-    policy = _parse_group_policy(wide.get("group_policy", []), groups)
-    root_required, root_forbidden = _parse_root_required(wide.get("root_required", []), v)
     return CandidateRequest(
-        groups=groups, group_policy=policy, limit=_parse_limit(wide.get("limit", [])),
+        groups=groups, group_policy=_group_policy(policy_values, groups), limit=limit,
         root_required=root_required, root_forbidden=root_forbidden,
         same_subtree=same_subtree, nested_aware=v >= V1_29)
 
@@ -259,8 +263,9 @@ def _canonical_sets(sets: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...],
     return tuple(tuple(_canonical(u) for u in s) for s in sets)
 
 
-def _check_resourceless(groups: tuple[RequestGroup, ...],
+def _check_resourceless(groups: list[RequestGroup],
                         same_subtree: tuple[tuple[str, ...], ...], v: Version) -> None:
+    """Placement's checks of groups without resources (in query order)."""
     resourceless = [g for g in groups if not g.resources]
     if v >= V1_36:
         if len(resourceless) == len(groups):
@@ -273,6 +278,13 @@ def _check_resourceless(groups: tuple[RequestGroup, ...],
             raise errors.BadRequest(
                 "Resourceless suffixed group request should be specified in `same_subtree` "
                 f"query param: bad group(s) - {stray}.", errors.QUERYPARAM_BAD_VALUE)
+        known = [g.suffix for g in groups]
+        unknown = [s for s in dict.fromkeys(s for sub in same_subtree for s in sub)
+                   if s not in known]
+        if unknown:
+            raise errors.BadRequest(
+                f"Real suffixes should be specified in `same_subtree`: {unknown} not found in "
+                f"{known}.", errors.QUERYPARAM_BAD_VALUE)
         return
     orphans = [f"required{g.suffix}" for g in resourceless if g.required or g.forbidden]
     if orphans:
@@ -293,19 +305,23 @@ def _check_resourceless(groups: tuple[RequestGroup, ...],
             errors.QUERYPARAM_MISSING_VALUE)
 
 
-def _parse_group_policy(values: list[str], groups: tuple[RequestGroup, ...]) -> GroupPolicy:
+def _check_group_policy(values: list[str]) -> list[str]:
+    """As `limit`: every value must be valid (the first one counts)."""
+    for value in values:
+        if value not in ("none", "isolate"):
+            raise errors.BadRequest(
+                f"Invalid query string parameters: {value!r} is not one of ['none', "
+                "'isolate']", errors.QUERYPARAM_BAD_VALUE)
+    return values
+
+
+def _group_policy(values: list[str], groups: tuple[RequestGroup, ...]) -> GroupPolicy:
     if not values:
         if sum(1 for g in groups if g.granular) > 1:
             raise errors.BadRequest(
                 'The "group_policy" parameter is required when specifying more than one '
                 '"resources{N}" parameter.', errors.QUERYPARAM_MISSING_VALUE)
         return GroupPolicy.NONE
-    # As `limit`: every value must be valid, the first one counts.
-    for value in values:
-        if value not in ("none", "isolate"):
-            raise errors.BadRequest(
-                f"Invalid query string parameters: {value!r} is not one of ['none', "
-                "'isolate']", errors.QUERYPARAM_BAD_VALUE)
     return GroupPolicy(values[0])
 
 
@@ -354,9 +370,7 @@ def _parse_root_required(values: list[str], v: Version
     return tuple((n,) for n in dict.fromkeys(required)), tuple(dict.fromkeys(forbidden))
 
 
-def _parse_same_subtree(values: list[str], groups: tuple[RequestGroup, ...]
-                        ) -> tuple[tuple[str, ...], ...]:
-    known = {g.suffix for g in groups}
+def _parse_same_subtree(values: list[str]) -> tuple[tuple[str, ...], ...]:
     out: list[tuple[str, ...]] = []
     for value in values:
         suffixes = [s.strip() for s in value.split(",")]
@@ -364,11 +378,6 @@ def _parse_same_subtree(values: list[str], groups: tuple[RequestGroup, ...]
             raise errors.BadRequest(
                 "Empty string (unsuffixed group) can not be specified in `same_subtree` ",
                 errors.QUERYPARAM_BAD_VALUE)
-        unknown = [s for s in suffixes if s not in known]
-        if unknown:
-            raise errors.BadRequest(
-                f"Real suffixes should be specified in `same_subtree`: {unknown} not found in "
-                f"{sorted(known)}.", errors.QUERYPARAM_BAD_VALUE)
         out.append(tuple(dict.fromkeys(suffixes)))
     return tuple(out)
 
