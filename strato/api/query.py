@@ -69,16 +69,17 @@ def parse_resources(value: str, param: str = "resources") -> tuple[tuple[str, in
     return tuple(out.items())
 
 
-def parse_required(values: list[str], version: Version, param: str = "required"
-                   ) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+def parse_required(values: list[str], version: Version, param: str = "required", *,
+                   any_of: bool = True) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
     """(required any-of groups, forbidden traits) from one or more `required` values,
     checked and worded as Placement's util does: names are stripped, any number of
-    leading `!` forbids, and its messages name `required` whatever the suffix."""
+    leading `!` forbids, and its messages name `required` whatever the parameter.
+    `in:` is refused before 1.39 and where `any_of` is False (root_required)."""
     required: list[tuple[str, ...]] = []
     forbidden: list[str] = []
     for value in values:
         if value.startswith("in:"):
-            if version < V1_39:
+            if version < V1_39 or not any_of:
                 raise errors.BadRequest(
                     "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,"
                     f"CUSTOM_MAGIC' only supported since microversion 1.39. Got: {value}",

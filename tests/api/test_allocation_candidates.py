@@ -425,3 +425,17 @@ def test_stale_set_is_reread_on_any_write_or_after_its_ttl(
     hosts.answer = {}
     clock[0] += ac.STALE_TTL_S
     assert stale(8) == {} and hosts.reads == 3             # the clock: read again
+
+
+@pytest.mark.parametrize(("query", "needle"), [
+    # Placement parses root_required with the old trait parser: no any-of.
+    ("resources=VCPU:1&root_required=in:CUSTOM_A,CUSTOM_B",
+     "The format 'in:HW_CPU_X86_VMX,CUSTOM_MAGIC' only supported since microversion 1.39"),
+    ("resources=VCPU:1&root_required=CUSTOM_A,", "Got an empty trait in"),
+    # Placement's checks run in its order: the request-wide ones before the groups.
+    ("resources=VCPU:0&root_required=CUSTOM_A&root_required=CUSTOM_B", "only once"),
+    ("resources=VCPU:1&limit=10&limit=0", "Failed validating 'pattern'"),
+])
+def test_placement_wording_and_order(cloud: Cloud, query: str, needle: str) -> None:
+    detail, _ = cloud.error(query, "latest")
+    assert needle in detail

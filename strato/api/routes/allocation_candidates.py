@@ -340,34 +340,19 @@ def _parse_limit(values: list[str]) -> int | None:
 
 def _parse_root_required(values: list[str], v: Version
                          ) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+    """As Placement: once only, parsed as a `required` value without `in:`."""
     if not values:
         return (), ()
     if len(values) > 1:
         raise errors.BadRequest("Query parameter 'root_required' may be specified only once.",
                                 errors.ILLEGAL_DUPLICATE_QUERYPARAM)
-    value = values[0]
-    if value.startswith("in:") and v >= V1_39:
-        names = value[3:].split(",")
-        if any(not n or n.startswith("!") for n in names):
-            raise errors.BadRequest(
-                f"Invalid query string parameters: 'root_required' in: list must contain "
-                f"trait names without '!'. Got: {value}", errors.QUERYPARAM_BAD_VALUE)
-        return (tuple(names),), ()
-    required: list[str] = []
-    forbidden: list[str] = []
-    for name in value.split(","):
-        if not name or name == "!":
-            raise errors.BadRequest(
-                "Invalid query string parameters: Expected 'root_required' parameter value "
-                f"of the form: HW_CPU_X86_VMX,!CUSTOM_MAGIC. Got: {value}",
-                errors.QUERYPARAM_BAD_VALUE)
-        (forbidden if name.startswith("!") else required).append(name.lstrip("!"))
-    conflict = sorted(set(required) & set(forbidden))
+    required, forbidden = query.parse_required(values, v, "root_required", any_of=False)
+    conflict = sorted({n for (n,) in required} & set(forbidden))
     if conflict:
         raise errors.BadRequest(
             "Conflicting required and forbidden traits found in root_required: "
             f"{', '.join(conflict)}", errors.QUERYPARAM_BAD_VALUE)
-    return tuple((n,) for n in dict.fromkeys(required)), tuple(dict.fromkeys(forbidden))
+    return required, forbidden
 
 
 def _parse_same_subtree(values: list[str]) -> tuple[tuple[str, ...], ...]:
