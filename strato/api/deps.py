@@ -23,9 +23,17 @@ def context(request: Request) -> Context:
     return ctx
 
 
+def require_admin(request: Request, action: str) -> Context:
+    """403 unless the caller has the admin or service role (Strato's own routes)."""
+    ctx = context(request)
+    if not ctx.is_admin:
+        raise errors.Forbidden(f"Policy does not allow {action} to be performed.")
+    return ctx
+
+
 def authorize(request: Request, action: str, project_id: str | None = None) -> Context:
-    """The caller, or a 403 if the app's policy (strato/api/policy.py) refuses it
-    `action` (on `project_id`'s data, for the rules that look at it)."""
+    """The caller, or a 403 if the app's Placement policy (strato/api/policy.py)
+    refuses it `action` (on `project_id`'s data, for the rules that look at it)."""
     ctx = context(request)
     mode: PolicyMode = getattr(request.app.state, "policy", PolicyMode.LEGACY)
     policy.authorize(mode, action, ctx, project_id)

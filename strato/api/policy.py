@@ -10,7 +10,8 @@ as Placement's deployments choose them:
   admin may not reshape (that is the service role's);
 * ``open``: any authenticated caller, as Placement's tests open every rule.
 
-Strato's own ``strato:*`` actions need the admin or service role in every mode.
+Strato's own ``/strato/v1`` routes are not Placement's: they need the admin or
+service role in every mode (``deps.require_admin``).
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ def _new_default(action: str, ctx: Context, project_id: str | None) -> bool:
 
 
 def allowed(mode: PolicyMode, action: str, ctx: Context, project_id: str | None = None) -> bool:
-    """Whether `ctx` may perform `action` (on `project_id`'s data, where it matters)."""
-    if not action.startswith("placement:"):
-        return ctx.is_admin
+    """Whether `ctx` may perform Placement's `action` (on `project_id`'s data, where it
+    matters)."""
     if ctx.system_scope:
         return False
     if mode is PolicyMode.OPEN:

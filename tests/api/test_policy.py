@@ -27,7 +27,6 @@ USAGES = "placement:usages"
     (PolicyMode.SECURE, READER, USAGES, "p", True),
     (PolicyMode.SECURE, READER, USAGES, "other", False),
     (PolicyMode.OPEN, READER, LIST, None, True),
-    (PolicyMode.OPEN, READER, "strato:summary:show", None, False),
     (PolicyMode.OPEN, SYSTEM_ADMIN, LIST, None, False),
 ])
 def test_policy(mode: PolicyMode, ctx: Context, action: str, project: str | None,

@@ -55,7 +55,7 @@ def _hops(body: ScheduleRequest) -> None:
 async def create_schedule(request: Request, body: ScheduleRequest) -> Response:
     """Filter, weigh and claim: place every consumer (or none, when atomic), or explain
     why not. A repeated `request_id` returns the first answer and claims nothing."""
-    deps.authorize(request, "strato:schedule:create")
+    deps.require_admin(request, "strato:schedule:create")
     _hops(body)
     try:
         answer = await get_tree(request).schedule(body)
@@ -68,7 +68,7 @@ async def create_schedule(request: Request, body: ScheduleRequest) -> Response:
 @router.post("/explain", response_model=ScheduleAnswer)
 async def create_explain(request: Request, body: ScheduleRequest) -> Response:
     """A dry run that always explains what each stage removed; claims nothing."""
-    deps.authorize(request, "strato:schedule:explain")
+    deps.require_admin(request, "strato:schedule:explain")
     _hops(body)
     dry = body.model_copy(update={"dry_run": True, "explain": True, "request_id": None})
     try:

@@ -81,7 +81,7 @@ def _view(m: store.Meta, now: datetime, window: float) -> MetaView:
 
 @router.get("/{uuid}/meta", response_model=MetaView)
 def get_provider_meta(request: Request, uuid: str) -> MetaView:
-    deps.authorize(request, "strato:providers:meta:show")
+    deps.require_admin(request, "strato:providers:meta:show")
     with deps.db(request).read() as conn:
         m = store.get_meta(conn, uuid)
     return _view(m, store.now_utc(), _window(request))
@@ -89,7 +89,7 @@ def get_provider_meta(request: Request, uuid: str) -> MetaView:
 
 @router.put("/{uuid}/meta", response_model=MetaView)
 def update_provider_meta(request: Request, uuid: str, body: MetaUpdate) -> MetaView:
-    deps.authorize(request, "strato:providers:meta:update")
+    deps.require_admin(request, "strato:providers:meta:update")
     with deps.db(request).write() as conn:
         m = store.set_meta(conn, uuid, location=body.location, tags=body.tags,
                            heartbeat=body.heartbeat)
@@ -102,7 +102,7 @@ def list_providers_meta(
     stale: bool | None = Query(None, description="Only stale (true) or fresh (false) ones."),
     tag: str | None = Query(None, description="Only providers with this tag."),
 ) -> MetaList:
-    deps.authorize(request, "strato:providers:list")
+    deps.require_admin(request, "strato:providers:list")
     window, now = _window(request), store.now_utc()
     with deps.db(request).read() as conn:
         found = store.list_meta(conn, now=now, window=window, stale=stale, tag=tag)
@@ -111,7 +111,7 @@ def list_providers_meta(
 
 @router.post("/{uuid}/heartbeat", response_model=HeartbeatView)
 def heartbeat(request: Request, uuid: str) -> HeartbeatView:
-    deps.authorize(request, "strato:providers:heartbeat")
+    deps.require_admin(request, "strato:providers:heartbeat")
     with deps.db(request).write() as conn:
         r = store.record_report(conn, uuid, window=_window(request))
     return HeartbeatView(uuid=r.uuid, resource_provider_generation=r.generation,

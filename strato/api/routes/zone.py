@@ -102,13 +102,13 @@ def _view(tree: ZoneTree, c: store.Child, doubt: dict[str, int] | None = None
 async def get_summary(request: Request, fresh: bool = False) -> Response:
     """This zone's subtree as one resource pool: own providers plus children's summaries
     (`fresh=true`: ask the children again first, down the whole subtree)."""
-    deps.authorize(request, "strato:summary:show")
+    deps.require_admin(request, "strato:summary:show")
     return json_response(await tree_of(request).summary(fresh=fresh))
 
 
 @router.get("/children")
 async def list_children(request: Request) -> Response:
-    deps.authorize(request, "strato:children:list")
+    deps.require_admin(request, "strato:children:list")
     tree = tree_of(request)
     kids = await tree.children()
     doubt = await tree.in_doubt_counts()
@@ -118,7 +118,7 @@ async def list_children(request: Request) -> Response:
 @router.post("/children", status_code=201)
 async def create_child(request: Request, body: ChildSpec) -> Response:
     """Add (201) or update (200) a child zone; its summary is fetched at once."""
-    deps.authorize(request, "strato:children:create")
+    deps.require_admin(request, "strato:children:create")
     tree = tree_of(request)
 
     def write() -> tuple[store.Child, bool]:
@@ -138,7 +138,7 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
 
 @router.delete("/children/{name}")
 async def delete_child(request: Request, name: str) -> Response:
-    deps.authorize(request, "strato:children:delete")
+    deps.require_admin(request, "strato:children:delete")
     tree = tree_of(request)
 
     def write() -> None:
@@ -189,7 +189,7 @@ async def _forward(tree: ZoneTree, path: list[str], route: str, payload: dict[st
 async def create_claim(request: Request, body: ClaimRequest) -> Response:
     """Claim the given placements at their owner: here if `path` is empty, else
     forwarded to the child `path[0]` (all or nothing; 409 if they no longer fit)."""
-    deps.authorize(request, "strato:claims:create")
+    deps.require_admin(request, "strato:claims:create")
     tree = tree_of(request)
     payload = body.model_dump(mode="json")
     if body.path:
@@ -201,7 +201,7 @@ async def create_claim(request: Request, body: ClaimRequest) -> Response:
 async def confirm_claims(request: Request, body: PendingRequest) -> Response:
     """Make held parts permanent (idempotent). 404 `strato.claim_expired` if any had
     expired and was released: the coordinator then undoes the other parts."""
-    deps.authorize(request, "strato:claims:confirm")
+    deps.require_admin(request, "strato:claims:confirm")
     tree = tree_of(request)
     if body.path:
         return await _forward(tree, body.path, "/strato/v1/claims/confirm",
@@ -220,7 +220,7 @@ async def confirm_claims(request: Request, body: PendingRequest) -> Response:
 @router.post("/claims/release")
 async def release_claims(request: Request, body: PendingRequest) -> Response:
     """Undo held parts now rather than at their expiry (permanent ones stay)."""
-    deps.authorize(request, "strato:claims:release")
+    deps.require_admin(request, "strato:claims:release")
     tree = tree_of(request)
     if body.path:
         return await _forward(tree, body.path, "/strato/v1/claims/release",
@@ -244,5 +244,5 @@ async def cancel_request(request: Request, body: CancelRequest) -> Response:
     what the request placed in this zone's subtree, or refuse it if it arrives
     later (idempotent). Children get the cancel as `{request_id}@{this zone}`;
     those that do not answer get it when they answer again."""
-    deps.authorize(request, "strato:requests:cancel")
+    deps.require_admin(request, "strato:requests:cancel")
     return json_response(await tree_of(request).cancel(body.request_id))
