@@ -51,3 +51,9 @@ class Settings:
     # (per process). 1 measured best on SQLite with 2 cores: concurrent
     # planners only contend for the GIL (benchmarks/README.md).
     schedule_concurrency: int = 1
+    # CORS (Placement's [cors] allowed_origin and allow_headers): none, no CORS.
+    cors_allowed_origins: tuple[str, ...] = ()
+    cors_allow_headers: tuple[str, ...] = ()
+    # Placement's policy defaults: "legacy" (its default), "secure" (new defaults
+    # only) or "open" (any authenticated caller); strato/api/policy.py.
+    policy: str = "legacy"

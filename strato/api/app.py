@@ -21,8 +21,10 @@ from starlette.routing import Match
 
 import strato
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
+from strato.api.cors import CorsMiddleware, CorsPolicy
 from strato.api.fast import FastSchedule
 from strato.api.middleware import StratoMiddleware, accepts_json
+from strato.api.policy import PolicyMode
 from strato.api.responses import REQUEST_ID_KEY, error_response, strato_error_response
 from strato.api.routes import ROUTERS
 from strato.config import Settings
@@ -138,10 +140,11 @@ def create_app(settings: Settings, *, db: Database | None = None,
                                       request_retention=settings.request_retention,
                                       schedule_concurrency=settings.schedule_concurrency))
     app.state.tree = tree
+    app.state.policy = PolicyMode(settings.policy)
 
     @app.exception_handler(errors.StratoError)
     async def _strato_error(request: Request, exc: errors.StratoError) -> Response:
-        return strato_error_response(exc, _rid(request))
+        return strato_error_response(exc, _rid(request), accept=request.headers.get("accept"))
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -158,7 +161,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
                 headers = {k: v for k, v in headers.items() if k.lower() != "allow"}
                 headers["allow"] = ", ".join(methods)
         return error_response(exc.status_code, _TITLES.get(exc.status_code, detail), detail,
-                              errors.DEFAULT, _rid(request), headers)
+                              errors.DEFAULT, _rid(request), headers,
+                              accept=request.headers.get("accept"))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
@@ -189,4 +193,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.add_middleware(FastSchedule, state=app.state)
     app.add_middleware(StratoMiddleware, auth=strategy,
                        max_body_bytes=settings.max_body_bytes)
+    if settings.cors_allowed_origins:
+        app.add_middleware(CorsMiddleware, policy=CorsPolicy(
+            settings.cors_allowed_origins, settings.cors_allow_headers))
     return app

@@ -5,7 +5,8 @@ Two strategies for now:
 * ``TokenAuth``: a configured admin token; anything else is 401.
 * ``NoAuth``: development mode, like Placement's ``noauth2``: token ``admin``
   is an admin; any other token ``user[:project]`` gets the roles named in
-  ``X-Roles`` and the project in ``X-Project-Id`` (or after the colon).
+  ``X-Roles`` and the project in ``X-Project-Id`` (or after the colon); with
+  ``OpenStack-System-Scope`` the token is system-scoped, with no project.
 
 A strategy returns a ``Context`` or raises; routes read the context from the
 request scope.
@@ -33,6 +34,8 @@ class Context:
     user_id: str
     project_id: str | None
     roles: frozenset[str] = field(default_factory=frozenset)
+    # A system-scoped token (no project): Placement's rules are all project-scoped.
+    system_scope: bool = False
 
     @property
     def is_admin(self) -> bool:
@@ -74,6 +77,9 @@ class NoAuth:
     def authenticate(self, headers: dict[str, str]) -> Context:
         token = _token(headers)
         user, _, project = token.partition(":")
+        if headers.get("openstack-system-scope"):
+            roles = _roles(headers) | (frozenset({"admin"}) if user == "admin" else frozenset())
+            return Context(user_id=user, project_id=None, roles=roles, system_scope=True)
         if user == "admin":  # as noauth2: user admin, any project, is an admin
             return Context(user_id="admin", project_id=project or "admin",
                            roles=frozenset({"admin"}) | _roles(headers))

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strato.api.auth import CONTEXT_KEY, Context
@@ -61,7 +62,7 @@ class FastSchedule:
             return
         rid = scope.get(REQUEST_ID_KEY)
         try:
-            response = await schedule_response(self.state.tree, req,
+            response: Response = await schedule_response(self.state.tree, req,
                                                rid if isinstance(rid, str) else None)
         except DataError as exc:
             response = error_response(400, "Bad Request",

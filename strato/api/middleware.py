@@ -86,7 +86,7 @@ class StratoMiddleware:
         except errors.StratoError as exc:
             extra = {"www-authenticate": 'Keystone uri="local"'} if exc.status == 401 else None
             resp = error_response(exc.status, exc.title, exc.detail, exc.code, request_id,
-                                  extra)
+                                  extra, accept=headers.get("accept"))
             await resp(scope, receive, send_with_headers)
             return
 

@@ -44,117 +44,115 @@ def is_uuid(value: str) -> bool:
 
 
 def parse_resources(value: str, param: str = "resources") -> tuple[tuple[str, int], ...]:
-    if not value:
-        raise errors.BadRequest(
-            f"Badly formed {param} parameter. Expected {param} query string parameter in "
-            f"form: ?{param}=VCPU:2,MEMORY_MB:1024. Got: empty string.",
-            errors.QUERYPARAM_BAD_VALUE)
+    """(class, amount) pairs, checked and worded as Placement's util does (its messages
+    name `resources` whatever the group suffix; a repeated class keeps its last amount)."""
+    form = "Badly formed resources parameter. Expected resources query string parameter in " \
+        "form: ?resources=VCPU:2,MEMORY_MB:1024. Got: "
+    if not value.strip():
+        raise errors.BadRequest(f"{form}empty string.", errors.QUERYPARAM_BAD_VALUE)
     out: dict[str, int] = {}
     for item in value.split(","):
-        rc, sep, amount = item.partition(":")
-        rc = rc.strip()
-        if not sep or not rc:
-            raise errors.BadRequest(
-                f"Badly formed {param} parameter. Expected {param} query string parameter "
-                f"in form: ?{param}=VCPU:2,MEMORY_MB:1024. Got: {value}.",
-                errors.QUERYPARAM_BAD_VALUE)
+        parts = item.split(":")
+        if len(parts) != 2 or not parts[0].strip():
+            raise errors.BadRequest(f"{form}{item}.", errors.QUERYPARAM_BAD_VALUE)
+        rc, amount = parts[0].strip(), parts[1]
         try:
             n = int(amount)
         except ValueError:
-            n = -1
-        if n < 1:
             raise errors.BadRequest(
                 f"Requested resource {rc} expected positive integer amount. Got: {amount}.",
-                errors.QUERYPARAM_BAD_VALUE)
-        if rc in out:
-            raise errors.BadRequest(
-                f"Badly formed {param} parameter: resource class {rc} appears more than "
-                "once.", errors.QUERYPARAM_BAD_VALUE)
+                errors.QUERYPARAM_BAD_VALUE) from None
+        if n < 1:
+            raise errors.BadRequest(f"Requested resource {rc} requires amount >= 1. Got: {n}.",
+                                    errors.QUERYPARAM_BAD_VALUE)
         out[rc] = n
     return tuple(out.items())
 
 
-def parse_required(values: list[str], version: Version, param: str = "required"
-                   ) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
-    """(required any-of groups, forbidden traits) from one or more `required` values."""
-    # Placement's example of the form, with a forbidden trait once they exist.
-    form = "HW_CPU_X86_VMX,!CUSTOM_MAGIC" if version >= V1_22 else "HW_CPU_X86_VMX,CUSTOM_MAGIC"
+def parse_required(values: list[str], version: Version, param: str = "required", *,
+                   any_of: bool = True) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+    """(required any-of groups, forbidden traits) from one or more `required` values,
+    checked and worded as Placement's util does: names are stripped, any number of
+    leading `!` forbids, and its messages name `required` whatever the parameter.
+    `in:` is refused before 1.39 and where `any_of` is False (root_required)."""
     required: list[tuple[str, ...]] = []
     forbidden: list[str] = []
     for value in values:
-        if not value:
-            raise errors.BadRequest(
-                f"Invalid query string parameters: Expected '{param}' parameter value of the"
-                f" form: {form}. Got an empty value.", errors.QUERYPARAM_BAD_VALUE)
         if value.startswith("in:"):
-            if version < V1_39:
+            if version < V1_39 or not any_of:
                 raise errors.BadRequest(
-                    f"The format 'in:HW_CPU_X86_VMX,CUSTOM_MAGIC' only supported since "
-                    f"microversion 1.39. Got: {value}", errors.QUERYPARAM_BAD_VALUE)
-            names = value[3:].split(",")
-            if any(not n or n.startswith("!") for n in names):
+                    "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,"
+                    f"CUSTOM_MAGIC' only supported since microversion 1.39. Got: {value}",
+                    errors.QUERYPARAM_BAD_VALUE)
+            names = tuple(dict.fromkeys(n.strip() for n in value[3:].split(",")))
+            if not all(names):
                 raise errors.BadRequest(
-                    f"Invalid query string parameters: '{param}' in: list must contain "
-                    f"trait names without '!'. Got: {value}", errors.QUERYPARAM_BAD_VALUE)
-            required.append(tuple(names))
+                    "Invalid query string parameters: Expected 'required' parameter value "
+                    f"of the form: in:HW_CPU_X86_VMX,CUSTOM_MAGIC. Got an empty trait in: "
+                    f"{value}", errors.QUERYPARAM_BAD_VALUE)
+            if any(n.startswith("!") for n in names):
+                raise errors.BadRequest(
+                    "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,"
+                    f"CUSTOM_MAGIC' does not support forbidden traits. Got: {value}",
+                    errors.QUERYPARAM_BAD_VALUE)
+            required.append(names)
             continue
-        for name in value.split(","):
-            if not name:
-                raise errors.BadRequest(
-                    f"Invalid query string parameters: Expected '{param}' parameter value of"
-                    f" the form: {form}. Got: {value}", errors.QUERYPARAM_BAD_VALUE)
-            if name.startswith("!"):
-                if version < V1_22:
-                    raise errors.BadRequest(
-                        f"Invalid query string parameters: Expected '{param}' parameter "
-                        f"value of the form: HW_CPU_X86_VMX,CUSTOM_MAGIC. Got: {value}",
-                        errors.QUERYPARAM_BAD_VALUE)
-                forbidden.append(name[1:])
-            else:
-                required.append((name,))
-    conflict = {n for g in required if len(g) == 1 for n in g} & set(forbidden)
-    if conflict:
-        raise errors.BadRequest(
-            f"Conflicting required and forbidden traits found in the following traits: "
-            f"{', '.join(sorted(conflict))}", errors.QUERYPARAM_BAD_VALUE)
-    return tuple(required), tuple(dict.fromkeys(forbidden))
+        names = tuple(n.strip() for n in value.split(","))
+        banned = [n.lstrip("!") for n in names if n.startswith("!")]
+        if not all(names) or not all(banned):
+            form = ("HW_CPU_X86_VMX,!CUSTOM_MAGIC" if version >= V1_22
+                    else "HW_CPU_X86_VMX,CUSTOM_MAGIC")
+            raise errors.BadRequest(
+                "Invalid query string parameters: Expected 'required' parameter value of "
+                f"the form: {form}. Got an empty trait in: {value}",
+                errors.QUERYPARAM_BAD_VALUE)
+        if banned and version < V1_22:
+            raise errors.BadRequest(
+                "Invalid query string parameters: Expected 'required' parameter value of "
+                f"the form: HW_CPU_X86_VMX,CUSTOM_MAGIC. Got: {value}",
+                errors.QUERYPARAM_BAD_VALUE)
+        required.extend((n,) for n in names if not n.startswith("!"))
+        forbidden.extend(banned)
+    return tuple(dict.fromkeys(required)), tuple(dict.fromkeys(forbidden))
+
+
+def conflicting_traits(suffix: str, required: tuple[tuple[str, ...], ...],
+                       forbidden: tuple[str, ...]) -> list[str]:
+    """Placement's words for each any-of group that its forbidden traits rule out."""
+    banned = set(forbidden)
+    return [f"required{suffix}: ({', '.join(sorted(g))})" for g in required
+            if all(n in banned for n in g)]
 
 
 def parse_member_of(values: list[str], version: Version, param: str = "member_of"
                     ) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
-    """(required any-of aggregate groups, forbidden aggregates)."""
+    """(required any-of aggregate groups, forbidden aggregates), checked and worded as
+    Placement's util does (its messages name `member_of` whatever the group suffix)."""
     if version < V1_24 and len(values) > 1:
         raise errors.BadRequest(f"Multiple {param} parameters are not supported in the "
                                 "specified microversion", errors.QUERYPARAM_BAD_VALUE)
     required: list[tuple[str, ...]] = []
     forbidden: list[str] = []
     for value in values:
+        if "," in value and not value.startswith(("in:", "!in:")):
+            raise errors.BadRequest(
+                "Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' "
+                f"keyword using the valid microversion. Got: {value}",
+                errors.QUERYPARAM_BAD_VALUE)
         negative = value.startswith("!")
+        body = value[1:] if negative else value
+        uuids = body[3:].split(",") if body.startswith("in:") else [body]
+        for u in uuids:
+            if not is_uuid(u):
+                raise errors.BadRequest(
+                    "Invalid query string parameters: Expected 'member_of' parameter to "
+                    f"contain valid UUID(s). Got: {u}", errors.QUERYPARAM_BAD_VALUE)
         if negative:
             if version < V1_32:
                 raise errors.BadRequest(
                     f"Forbidden {param} parameters are not supported in the specified "
-                    f"microversion. Invalid query string parameters: Expected '{param}' "
-                    f"parameter to contain valid UUID(s). Got: {value}",
-                    errors.QUERYPARAM_BAD_VALUE)
-            value = value[1:]
-            if value.startswith("!"):
-                raise errors.BadRequest(
-                    f"Invalid query string parameters: Expected '{param}' parameter to "
-                    f"contain valid UUID(s). Got: !{value}", errors.QUERYPARAM_BAD_VALUE)
-        body = value[3:] if value.startswith("in:") else value
-        uuids = body.split(",")
-        if not value.startswith("in:") and len(uuids) > 1:
-            # Placement only accepts several uuids with the in: prefix.
-            raise errors.BadRequest(
-                f"Invalid query string parameters: Expected '{param}' parameter to contain "
-                f"valid UUID(s). Got: {value}", errors.QUERYPARAM_BAD_VALUE)
-        if not all(is_uuid(u) for u in uuids):
-            raise errors.BadRequest(
-                f"Invalid query string parameters: Expected '{param}' parameter to contain "
-                f"valid UUID(s). Got: {value}", errors.QUERYPARAM_BAD_VALUE)
-        if negative:
+                    "microversion", errors.QUERYPARAM_BAD_VALUE)
             forbidden.extend(uuids)
         else:
-            required.append(tuple(uuids))
+            required.append(tuple(dict.fromkeys(uuids)))
     return tuple(required), tuple(dict.fromkeys(forbidden))

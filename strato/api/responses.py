@@ -1,7 +1,9 @@
-"""JSON responses (orjson) and Placement's error body."""
+"""JSON responses (orjson) and Placement's error body, in the format the client
+asks for."""
 
 from __future__ import annotations
 
+import html
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -32,21 +34,79 @@ def error_body(status: int, title: str, detail: str, code: str, request_id: str 
                         "request_id": request_id}]}
 
 
+# The formats an error can take, in webob's order of preference on a tie.
+_ERROR_FORMATS = ("text/plain", "text/html", "application/json")
+
+
+def _quality(offer: str, ranges: list[tuple[str, float]]) -> float:
+    """The q of `offer` under the most specific range that matches it."""
+    kind = offer.split("/")[0]
+    best: tuple[int, float] = (-1, 0.0)
+    for media, q in ranges:
+        rank = 2 if media == offer else 1 if media == f"{kind}/*" else 0 if media == "*/*" else -1
+        if rank > best[0]:
+            best = (rank, q)
+    return best[1]
+
+
+def error_media_type(accept: str | None) -> str:
+    """The format of an error body, chosen as Placement (webob) chooses it: JSON when
+    `Accept` is absent or `*/*`, else the acceptable one of plain text, HTML and JSON
+    with the highest q (in that order on a tie); plain text when none is."""
+    if not accept or accept.strip() == "*/*":
+        return "application/json"
+    ranges: list[tuple[str, float]] = []
+    for part in accept.split(","):
+        media, *params = (x.strip() for x in part.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if media:
+            ranges.append((media.lower(), q))
+    scored = [(_quality(offer, ranges), -i, offer) for i, offer in enumerate(_ERROR_FORMATS)]
+    q, _, offer = max(scored)
+    return offer if q > 0 else "text/plain"
+
+
 def error_response(status: int, title: str, detail: str, code: str, request_id: str | None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    return json_response(error_body(status, title, detail, code, request_id), status, headers)
+                   headers: dict[str, str] | None = None, accept: str | None = None
+                   ) -> Response:
+    """Placement's error: its JSON body, or webob's HTML or plain text page when the
+    request's `Accept` prefers one of those."""
+    media = error_media_type(accept)
+    if media == "application/json":
+        return json_response(error_body(status, title, detail, code, request_id), status,
+                             headers)
+    line = f"{status} {title}"
+    if media == "text/html":
+        text = (f"<html>\n <head>\n  <title>{html.escape(line)}</title>\n </head>\n <body>\n"
+                f"  <h1>{html.escape(line)}</h1>\n  {html.escape(detail)}<br /><br />\n\n\n"
+                " </body>\n</html>")
+    else:
+        text = f"{line}\n\n{detail}\n\n"
+    return Response(text, status_code=status, headers=headers, media_type=media)
 
 
-def strato_error_response(exc: errors.StratoError, request_id: str | None) -> JSONResponse:
-    """A StratoError as Placement's error body; a 503 says when to retry, and a
-    schedule error carries its explanation beside `errors`."""
+def strato_error_response(exc: errors.StratoError, request_id: str | None,
+                          accept: str | None = None) -> Response:
+    """A StratoError as Placement's error body (or page, as `accept` prefers); a
+    503 says when to retry, and a schedule error carries its explanation beside
+    `errors`."""
+    headers = None
+    if isinstance(exc, errors.ServiceUnavailable):
+        headers = {"retry-after": str(max(1, round(exc.retry_after)))}
+    if error_media_type(accept) != "application/json":
+        return error_response(exc.status, exc.title, exc.detail, exc.code, request_id,
+                              headers, accept)
     body = error_body(exc.status, exc.title, exc.detail, exc.code, request_id)
     explain = getattr(exc, "explain", None)
     if explain is not None:
         body["explain"] = explain
-    headers = None
-    if isinstance(exc, errors.ServiceUnavailable):
-        headers = {"retry-after": str(max(1, round(exc.retry_after)))}
     return json_response(body, exc.status, headers)
 
 

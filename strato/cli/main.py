@@ -93,6 +93,15 @@ def serve(
         1, min=1, max=64, envvar="STRATO_SCHEDULE_CONCURRENCY",
         help="Schedule requests planned at once on this zone's own providers, per "
         "process (others queue; their claims overlap and share commits)."),
+    cors_allowed_origin: list[str] = typer.Option(
+        [], "--cors-allowed-origin", help="An origin allowed to make CORS requests "
+        "(repeatable); none: no CORS, as Placement without [cors] allowed_origin."),
+    cors_allow_header: list[str] = typer.Option(
+        [], "--cors-allow-header", help="A header CORS requests may send (repeatable)."),
+    policy: str = typer.Option("legacy", envvar="STRATO_POLICY",
+                               help="Placement's policy defaults: legacy (its default), "
+                               "secure (new defaults only) or open (any authenticated "
+                               "caller)."),
 ) -> None:
     """Run a Strato zone server (a zone of a zone tree, or a standalone one)."""
     import uvicorn
@@ -101,6 +110,9 @@ def serve(
     from strato.engine.service import EngineConfig, parse_class_weights
 
     url = _db_url(db, data_dir)
+    if policy not in ("legacy", "secure", "open"):
+        console.print(f"[red]invalid --policy[/]: {policy} (legacy, secure or open)")
+        raise typer.Exit(2)
     try:
         weights = None if class_weights is None else parse_class_weights(class_weights)
         # Fail here, with the reason, rather than in every worker at start-up.
@@ -134,7 +146,9 @@ def serve(
                         location_prefix=location_prefix, zone_tags=tuple(tag),
                         zone_credential=auth_token, summary_interval=summary_interval,
                         child_timeout=child_timeout, request_timeout=request_timeout,
-                        hold_ttl=hold_ttl, schedule_concurrency=schedule_concurrency)
+                        hold_ttl=hold_ttl, schedule_concurrency=schedule_concurrency,
+                        cors_allowed_origins=tuple(cors_allowed_origin),
+                        cors_allow_headers=tuple(cors_allow_header), policy=policy)
     # Migrate once, before workers start, so they do not race on it.
     from strato.store.migrate import upgrade
     database = Database(url)
@@ -158,6 +172,9 @@ def serve(
                    "STRATO_RANDOMIZE_CANDIDATES": None if randomize_candidates is None
                    else str(int(randomize_candidates))}
         os.environ.update({k: v for k, v in ranking.items() if v is not None})
+        os.environ["STRATO_POLICY"] = policy
+        os.environ["STRATO_CORS_ALLOWED_ORIGINS"] = ",".join(cors_allowed_origin)
+        os.environ["STRATO_CORS_ALLOW_HEADERS"] = ",".join(cors_allow_header)
         uvicorn.run("strato.cli.main:app_from_env", factory=True, host=host, port=port,
                     workers=workers, log_level=log_level)
     else:
@@ -182,7 +199,12 @@ def app_from_env() -> FastAPI:
         class_weights=None if weights is None else parse_class_weights(weights),
         randomize_candidates=None if randomize is None
         else randomize.lower() in ("1", "true", "yes"),
-        max_candidates=None if max_candidates is None else int(max_candidates)),
+        max_candidates=None if max_candidates is None else int(max_candidates),
+        cors_allowed_origins=tuple(o for o in env.get("STRATO_CORS_ALLOWED_ORIGINS",
+                                                      "").split(",") if o),
+        cors_allow_headers=tuple(h for h in env.get("STRATO_CORS_ALLOW_HEADERS",
+                                                    "").split(",") if h),
+        policy=env.get("STRATO_POLICY", "legacy")),
         migrate=False)
 
 

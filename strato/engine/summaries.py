@@ -57,6 +57,12 @@ def summarize(index: ProviderIndex, candidates: Sequence[Candidate], *,
             parent_uuid=index.uuids[parent] if parent >= 0 else None,
             root_uuid=index.uuids[int(index.root[p])],
             resources=resources,
-            traits=tuple(sorted(index.traits[p])),
+            traits=tuple(sorted(index.traits[p], key=_trait_order)),
         ))
     return out
+
+
+def _trait_order(name: str) -> tuple[bool, str]:
+    """Standard traits before custom ones, as Placement lists them (by trait id: the
+    standard ones are created first); by name within each."""
+    return name.startswith("CUSTOM_"), name

@@ -173,7 +173,8 @@ def _refuse_in_use(conn: Connection, provider: Provider, rc_ids: Mapping[int, st
                allocations.c.resource_class_id.in_(list(rc_ids)))
     ).scalars().all()
     if used:
-        names = ", ".join(sorted(rc_ids[int(i)] for i in used))
+        # By class id, as Placement lists them (standard classes in their standard order).
+        names = ", ".join(rc_ids[i] for i in sorted(int(i) for i in used))
         raise errors.Conflict(
             f"Inventory for '{names}' on resource provider '{provider.uuid}' in use.",
             errors.INVENTORY_INUSE)

@@ -118,8 +118,8 @@ def bump_generation(conn: Connection, provider: Provider, expected: int | None =
 def check_generation(provider: Provider, expected: int) -> None:
     if provider.generation != expected:
         raise errors.ConcurrentUpdate(
-            f"resource provider generation conflict: {provider.uuid} is at generation "
-            f"{provider.generation}, the request named {expected}"
+            f"resource provider generation conflict for provider {provider.uuid}: "
+            f"actual: {provider.generation}, given: {expected}"
         )
 
 

@@ -245,14 +245,14 @@ def test_old_microversions_shape_the_answer(cloud: Cloud) -> None:
 @pytest.mark.parametrize(("query", "version", "needle"), [
     ("", "latest", "at least one resources"),
     ("resources=VCPU", "latest", "Badly formed resources"),
-    ("resources=VCPU:0", "latest", "positive integer"),
+    ("resources=VCPU:0", "latest", "requires amount >= 1"),
     ("resources=CUSTOM_NOPE:1", "latest", "Invalid resource class"),
     ("resources=VCPU:1&required=CUSTOM_NOPE", "latest", "No such trait(s): CUSTOM_NOPE"),
     ("resources=VCPU:1&limit=0", "latest", "limit"),
     ("resources=VCPU:1&limit=x", "latest", "limit"),
     ("resources=VCPU:1&group_policy=maybe", "latest", "is not one of"),
-    ("resources=VCPU:1&bogus=1", "latest", "'bogus' was unexpected"),
-    ("resources_X=VCPU:1", "1.32", "'resources_X' was unexpected"),
+    ("resources=VCPU:1&bogus=1", "latest", "'bogus' does not match any of the regexes"),
+    ("resources_X=VCPU:1", "1.32", "'resources_X' does not match any of the regexes"),
     ("resources1=VCPU:1", "1.24", "'resources1' was unexpected"),
     ("resources=VCPU:1&limit=1", "1.15", "'limit' was unexpected"),
     ("resources=VCPU:1&in_tree=nope", "latest", "in_tree"),
@@ -260,14 +260,14 @@ def test_old_microversions_shape_the_answer(cloud: Cloud) -> None:
     ("resources=VCPU:1&required=A,!A", "latest", "Conflicting"),
     ("resources=VCPU:1&root_required=CUSTOM_A&root_required=CUSTOM_B", "latest",
      "only once"),
-    ("resources=VCPU:1&root_required=HW_CPU_X86_AVX2", "1.34", "'root_required' was"),
+    ("resources=VCPU:1&root_required=HW_CPU_X86_AVX2", "1.34", "'root_required' does not match"),
     ("resources1=VCPU:1&same_subtree=1,2&group_policy=none", "latest", "Real suffixes"),
     ("resources1=VCPU:1&same_subtree=,1&group_policy=none", "latest", "Empty string"),
     ("required=CUSTOM_X&resources1=VCPU:1", "1.35", "orphaned traits"),
     ("member_of1=a0000000-0000-4000-8000-00000000000a", "latest", "at least one resources"),
     ("required=HW_CPU_X86_AVX2", "1.20", "'resources' is a required property"),
     ("resources=VCPU:1&member_of=!a0000000-0000-4000-8000-00000000000a", "1.31",
-     "valid UUID"),
+     "Forbidden member_of parameters are not supported"),
 ])
 def test_invalid_queries_are_400_with_a_reason(cloud: Cloud, query: str, version: str,
                                                needle: str) -> None:
@@ -425,3 +425,17 @@ def test_stale_set_is_reread_on_any_write_or_after_its_ttl(
     hosts.answer = {}
     clock[0] += ac.STALE_TTL_S
     assert stale(8) == {} and hosts.reads == 3             # the clock: read again
+
+
+@pytest.mark.parametrize(("query", "needle"), [
+    # Placement parses root_required with the old trait parser: no any-of.
+    ("resources=VCPU:1&root_required=in:CUSTOM_A,CUSTOM_B",
+     "The format 'in:HW_CPU_X86_VMX,CUSTOM_MAGIC' only supported since microversion 1.39"),
+    ("resources=VCPU:1&root_required=CUSTOM_A,", "Got an empty trait in"),
+    # Placement's checks run in its order: the request-wide ones before the groups.
+    ("resources=VCPU:0&root_required=CUSTOM_A&root_required=CUSTOM_B", "only once"),
+    ("resources=VCPU:1&limit=10&limit=0", "Failed validating 'pattern'"),
+])
+def test_placement_wording_and_order(cloud: Cloud, query: str, needle: str) -> None:
+    detail, _ = cloud.error(query, "latest")
+    assert needle in detail

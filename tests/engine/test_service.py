@@ -209,3 +209,18 @@ def test_skip_ties_keeps_the_best_scores_and_explores_fewer_trees(
         assert len(explored) < exact_explored
     finally:
         engine.close()
+
+
+def test_summary_lists_standard_traits_before_custom_ones(client: TestClient,
+                                                          sqlite_database: Database) -> None:
+    # As Placement, which lists a provider's traits by id: the standard ones exist first.
+    cloud = Cloud(client)
+    client.put("/traits/CUSTOM_FOO")
+    cn1 = cloud.host("cn1", VCPU=8, traits=("HW_NUMA_ROOT", "CUSTOM_FOO", "COMPUTE_NODE"))
+    engine = Engine(sqlite_database)
+    try:
+        summaries = engine.query(VCPU1).provider_summaries
+        assert [s.traits for s in summaries if s.uuid == cn1] == [
+            ("COMPUTE_NODE", "HW_NUMA_ROOT", "CUSTOM_FOO")]
+    finally:
+        engine.close()

@@ -66,7 +66,7 @@ def _answer(v: Version, uuids: list[str], generation: int) -> Response:
 @router.get(PATH)
 def list_aggregates(request: Request, uuid: str) -> Response:
     v = require(request, V1_1)
-    deps.require_admin(request, "placement:resource_providers:aggregates:list")
+    deps.authorize(request, "placement:resource_providers:aggregates:list")
     with deps.db(request).read() as conn:
         p = provider_or_404(conn, uuid)
         found = store.get_aggregates(conn, p)
@@ -76,7 +76,7 @@ def list_aggregates(request: Request, uuid: str) -> Response:
 @router.put(PATH)
 async def update_aggregates(request: Request, uuid: str) -> Response:
     v = require(request, V1_1)
-    deps.require_admin(request, "placement:resource_providers:aggregates:update")
+    deps.authorize(request, "placement:resource_providers:aggregates:update")
     raw = await read_json(request)
     with deps.db(request).write() as conn:
         # Placement answers 404 for an unknown provider before looking at the body.

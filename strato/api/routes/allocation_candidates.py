@@ -51,8 +51,10 @@ from strato.store.db import Database
 
 router = APIRouter()
 
-_GROUP_KEY = re.compile(r"^(resources|required|member_of|in_tree)([1-9][0-9]*)?$")
-_GROUP_KEY_1_33 = re.compile(r"^(resources|required|member_of|in_tree)([a-zA-Z0-9_-]{1,64})?$")
+_SUFFIX = r"[1-9][0-9]*"
+_SUFFIX_1_33 = r"[a-zA-Z0-9_-]{1,64}"
+_GROUP_KEY = re.compile(rf"^(resources|required|member_of|in_tree)({_SUFFIX})?$")
+_GROUP_KEY_1_33 = re.compile(rf"^(resources|required|member_of|in_tree)({_SUFFIX_1_33})?$")
 _LIMIT = re.compile(r"^[1-9][0-9]*$")
 _engine_lock = threading.Lock()
 
@@ -118,7 +120,7 @@ def stale_providers(request: Request) -> StaleProviders | None:
 @router.get("/allocation_candidates")
 def list_allocation_candidates(request: Request) -> Response:
     v = require(request, V1_10)
-    deps.require_admin(request, "placement:allocation_candidates:list")
+    deps.authorize(request, "placement:allocation_candidates:list")
     parsed = parse_request(request.query_params.multi_items(), v)
     engine = get_engine(request)
     rcs = {rc for g in parsed.groups for rc in g.resource_classes}
@@ -177,6 +179,21 @@ def _group_key(key: str, v: Version) -> tuple[str, str] | None:
     return m.group(1), m.group(2) or ""
 
 
+def _unexpected(bad: list[str], v: Version) -> str:
+    """jsonschema's words for unknown parameters: from 1.25 the group keys are
+    patterns, and the message lists them."""
+    names = sorted(set(bad))
+    joined = ", ".join(repr(b) for b in names)
+    if v < V1_25:
+        return (f"Additional properties are not allowed ({joined} "
+                f"{'was' if len(names) == 1 else 'were'} unexpected)")
+    suffix = f"({_SUFFIX_1_33 if v >= V1_33 else _SUFFIX})?$"
+    kinds = ["member_of", "required", "resources"] + (["in_tree"] if v >= V1_31 else [])
+    patterns = ", ".join(repr(f"^{k}{suffix}") for k in sorted(kinds))
+    return (f"{joined} {'does' if len(names) == 1 else 'do'} not match any of the regexes: "
+            f"{patterns}")
+
+
 def parse_request(items: list[tuple[str, str]], v: Version) -> CandidateRequest:
     """A validated CandidateRequest from the query string, or a 400 as Placement."""
     wide_allowed = _wide_params(v)
@@ -193,21 +210,26 @@ def parse_request(items: list[tuple[str, str]], v: Version) -> CandidateRequest:
             continue
         getattr(raw[kind[1]], kind[0]).append(value)
     if bad:
-        names = sorted(set(bad))
-        raise errors.BadRequest(
-            "Invalid query string parameters: Additional properties are not allowed "
-            f"({', '.join(repr(b) for b in names)} {'was' if len(names) == 1 else 'were'} "
-            "unexpected)")
+        raise errors.BadRequest(f"Invalid query string parameters: {_unexpected(bad, v)}")
     if v < V1_25 and not raw[""].resources:
         raise errors.BadRequest("Invalid query string parameters: 'resources' is a required "
                                 "property", errors.QUERYPARAM_MISSING_VALUE)
-    groups = tuple(_parse_group(suffix, g, v) for suffix, g in sorted(raw.items()))
-    same_subtree = _parse_same_subtree(wide.get("same_subtree", []), groups)
-    _check_resourceless(groups, same_subtree, v)
-    policy = _parse_group_policy(wide.get("group_policy", []), groups)
+    # Placement's order: the schema (limit, group_policy), the request-wide
+    # parameters, each group in query order, then the checks across groups.
+    limit = _parse_limit(wide.get("limit", []))
+    policy_values = _check_group_policy(wide.get("group_policy", []))
     root_required, root_forbidden = _parse_root_required(wide.get("root_required", []), v)
+    same_subtree = _parse_same_subtree(wide.get("same_subtree", []))
+    parsed = {suffix: _parse_group(suffix, g, v) for suffix, g in raw.items()}
+    groups = tuple(parsed[suffix] for suffix in sorted(parsed))
+    _check_resourceless([parsed[suffix] for suffix in raw], same_subtree, v)
+    conflicts = sorted(c for g in groups
+                       for c in query.conflicting_traits(g.suffix, g.required, g.forbidden))
+    if conflicts:
+        raise errors.BadRequest("Conflicting required and forbidden traits found in the "
+                                f"following traits keys: {', '.join(conflicts)}")
     return CandidateRequest(
-        groups=groups, group_policy=policy, limit=_parse_limit(wide.get("limit", [])),
+        groups=groups, group_policy=_group_policy(policy_values, groups), limit=limit,
         root_required=root_required, root_forbidden=root_forbidden,
         same_subtree=same_subtree, nested_aware=v >= V1_29)
 
@@ -241,8 +263,9 @@ def _canonical_sets(sets: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...],
     return tuple(tuple(_canonical(u) for u in s) for s in sets)
 
 
-def _check_resourceless(groups: tuple[RequestGroup, ...],
+def _check_resourceless(groups: list[RequestGroup],
                         same_subtree: tuple[tuple[str, ...], ...], v: Version) -> None:
+    """Placement's checks of groups without resources (in query order)."""
     resourceless = [g for g in groups if not g.resources]
     if v >= V1_36:
         if len(resourceless) == len(groups):
@@ -255,6 +278,13 @@ def _check_resourceless(groups: tuple[RequestGroup, ...],
             raise errors.BadRequest(
                 "Resourceless suffixed group request should be specified in `same_subtree` "
                 f"query param: bad group(s) - {stray}.", errors.QUERYPARAM_BAD_VALUE)
+        known = [g.suffix for g in groups]
+        unknown = [s for s in dict.fromkeys(s for sub in same_subtree for s in sub)
+                   if s not in known]
+        if unknown:
+            raise errors.BadRequest(
+                f"Real suffixes should be specified in `same_subtree`: {unknown} not found in "
+                f"{known}.", errors.QUERYPARAM_BAD_VALUE)
         return
     orphans = [f"required{g.suffix}" for g in resourceless if g.required or g.forbidden]
     if orphans:
@@ -271,84 +301,68 @@ def _check_resourceless(groups: tuple[RequestGroup, ...],
                                 errors.QUERYPARAM_BAD_VALUE)
     if not groups:
         raise errors.BadRequest(
-            "At least one request group (`resources` or `resources{N}`) is required.",
+            "At least one request group (`resources` or `resources{$S}`) is required.",
             errors.QUERYPARAM_MISSING_VALUE)
 
 
-def _parse_group_policy(values: list[str], groups: tuple[RequestGroup, ...]) -> GroupPolicy:
+def _check_group_policy(values: list[str]) -> list[str]:
+    """As `limit`: every value must be valid (the first one counts)."""
+    for value in values:
+        if value not in ("none", "isolate"):
+            raise errors.BadRequest(
+                f"Invalid query string parameters: {value!r} is not one of ['none', "
+                "'isolate']", errors.QUERYPARAM_BAD_VALUE)
+    return values
+
+
+def _group_policy(values: list[str], groups: tuple[RequestGroup, ...]) -> GroupPolicy:
     if not values:
         if sum(1 for g in groups if g.granular) > 1:
             raise errors.BadRequest(
                 'The "group_policy" parameter is required when specifying more than one '
                 '"resources{N}" parameter.', errors.QUERYPARAM_MISSING_VALUE)
         return GroupPolicy.NONE
-    value = values[-1]
-    try:
-        return GroupPolicy(value)
-    except ValueError:
-        raise errors.BadRequest(
-            f"Invalid query string parameters: {value!r} is not one of ['none', 'isolate']",
-            errors.QUERYPARAM_BAD_VALUE) from None
+    return GroupPolicy(values[0])
 
 
 def _parse_limit(values: list[str]) -> int | None:
+    """The first `limit` counts (as in Placement); each must be a positive integer."""
     if not values:
         return None
-    value = values[-1]
-    if not _LIMIT.match(value):
-        raise errors.BadRequest(
-            f"Invalid query string parameters: 'limit' must be a positive integer. Got: "
-            f"{value!r}", errors.QUERYPARAM_BAD_VALUE)
-    return int(value)
+    for value in values:
+        if not _LIMIT.match(value):
+            raise errors.BadRequest(
+                f"Invalid query string parameters: {value!r} does not match "
+                f"{_LIMIT.pattern!r} (Failed validating 'pattern' in "
+                "schema['properties']['limit'])", errors.QUERYPARAM_BAD_VALUE)
+    return int(values[0])
 
 
 def _parse_root_required(values: list[str], v: Version
                          ) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:
+    """As Placement: once only, parsed as a `required` value without `in:`."""
     if not values:
         return (), ()
     if len(values) > 1:
         raise errors.BadRequest("Query parameter 'root_required' may be specified only once.",
                                 errors.ILLEGAL_DUPLICATE_QUERYPARAM)
-    value = values[0]
-    if value.startswith("in:") and v >= V1_39:
-        names = value[3:].split(",")
-        if any(not n or n.startswith("!") for n in names):
-            raise errors.BadRequest(
-                f"Invalid query string parameters: 'root_required' in: list must contain "
-                f"trait names without '!'. Got: {value}", errors.QUERYPARAM_BAD_VALUE)
-        return (tuple(names),), ()
-    required: list[str] = []
-    forbidden: list[str] = []
-    for name in value.split(","):
-        if not name or name == "!":
-            raise errors.BadRequest(
-                "Invalid query string parameters: Expected 'root_required' parameter value "
-                f"of the form: HW_CPU_X86_VMX,!CUSTOM_MAGIC. Got: {value}",
-                errors.QUERYPARAM_BAD_VALUE)
-        (forbidden if name.startswith("!") else required).append(name.lstrip("!"))
-    conflict = sorted(set(required) & set(forbidden))
+    required, forbidden = query.parse_required(values, v, "root_required", any_of=False)
+    conflict = sorted({n for (n,) in required} & set(forbidden))
     if conflict:
         raise errors.BadRequest(
             "Conflicting required and forbidden traits found in root_required: "
             f"{', '.join(conflict)}", errors.QUERYPARAM_BAD_VALUE)
-    return tuple((n,) for n in dict.fromkeys(required)), tuple(dict.fromkeys(forbidden))
+    return required, forbidden
 
 
-def _parse_same_subtree(values: list[str], groups: tuple[RequestGroup, ...]
-                        ) -> tuple[tuple[str, ...], ...]:
-    known = {g.suffix for g in groups}
+def _parse_same_subtree(values: list[str]) -> tuple[tuple[str, ...], ...]:
     out: list[tuple[str, ...]] = []
     for value in values:
-        suffixes = value.split(",")
+        suffixes = [s.strip() for s in value.split(",")]
         if "" in suffixes:
             raise errors.BadRequest(
                 "Empty string (unsuffixed group) can not be specified in `same_subtree` ",
                 errors.QUERYPARAM_BAD_VALUE)
-        unknown = [s for s in suffixes if s not in known]
-        if unknown:
-            raise errors.BadRequest(
-                f"Real suffixes should be specified in `same_subtree`: {unknown} not found in "
-                f"{sorted(known)}.", errors.QUERYPARAM_BAD_VALUE)
         out.append(tuple(dict.fromkeys(suffixes)))
     return tuple(out)
 

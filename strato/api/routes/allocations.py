@@ -256,7 +256,7 @@ def _headers(v: Version, last_modified: datetime | None) -> dict[str, str] | Non
 
 @router.get("/allocations/{consumer_uuid}")
 def get_allocations(request: Request, consumer_uuid: str) -> Response:
-    deps.require_admin(request, "placement:allocations:list")
+    deps.authorize(request, "placement:allocations:list")
     v = version(request)
     # Placement never 404s here: an unknown consumer simply holds nothing.
     key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
@@ -268,7 +268,7 @@ def get_allocations(request: Request, consumer_uuid: str) -> Response:
 
 @router.put("/allocations/{consumer_uuid}")
 async def update_allocations(request: Request, consumer_uuid: str) -> Response:
-    deps.require_admin(request, "placement:allocations:update")
+    deps.authorize(request, "placement:allocations:update")
     v = version(request)
     key = _consumer_path_uuid(consumer_uuid)
     body: ConsumerBody = validate(_pick(_PUT_BODIES, v), await read_json(request))
@@ -280,7 +280,7 @@ async def update_allocations(request: Request, consumer_uuid: str) -> Response:
 
 @router.post("/allocations")
 async def create_allocations(request: Request) -> Response:
-    deps.require_admin(request, "placement:allocations:manage")
+    deps.authorize(request, "placement:allocations:manage")
     v = require(request, V1_13)
     bodies = validate(_PostBody, await read_json(request)).root
     if not bodies:
@@ -297,7 +297,7 @@ async def create_allocations(request: Request) -> Response:
 
 @router.delete("/allocations/{consumer_uuid}")
 def delete_allocations(request: Request, consumer_uuid: str) -> Response:
-    deps.require_admin(request, "placement:allocations:delete")
+    deps.authorize(request, "placement:allocations:delete")
     key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
     with deps.db(request).write() as conn:
         if not store.get_consumer_allocations(conn, key).allocations:
@@ -308,7 +308,7 @@ def delete_allocations(request: Request, consumer_uuid: str) -> Response:
 
 @router.get("/resource_providers/{uuid}/allocations")
 def list_provider_allocations(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:allocations:list")
+    deps.authorize(request, "placement:resource_providers:allocations:list")
     v = version(request)
     with deps.db(request).read() as conn:
         rp = providers.get_provider_or_none(conn, uuid)

@@ -107,7 +107,7 @@ def provider_or_404(conn: Connection, uuid: str) -> providers.Provider:
 
 @router.get(BASE)
 def list_inventories(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:inventories:list")
+    deps.authorize(request, "placement:resource_providers:inventories:list")
     with deps.db(request).read() as conn:
         found = store.get_inventory_set(conn, provider_or_404(conn, uuid))
     return json_response(_all(found.inventories, found.generation),
@@ -116,7 +116,7 @@ def list_inventories(request: Request, uuid: str) -> Response:
 
 @router.put(BASE)
 async def update_inventories(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:inventories:update")
+    deps.authorize(request, "placement:resource_providers:inventories:update")
     raw = await read_json(request)
     with deps.db(request).write() as conn:
         # Placement answers 404 for an unknown provider before looking at the body.
@@ -131,7 +131,7 @@ async def update_inventories(request: Request, uuid: str) -> Response:
 
 @router.post(BASE)
 async def create_inventory(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:inventories:create")
+    deps.authorize(request, "placement:resource_providers:inventories:create")
     raw = await read_json(request)
     with deps.db(request).write() as conn:
         p = provider_or_404(conn, uuid)
@@ -151,7 +151,7 @@ def delete_inventories(request: Request, uuid: str) -> Response:
         raise errors.MethodNotAllowed(
             f"The method DELETE is not allowed for this resource ({request.url.path}) at "
             f"microversion {version(request)}; it needs 1.5 or later")
-    deps.require_admin(request, "placement:resource_providers:inventories:delete")
+    deps.authorize(request, "placement:resource_providers:inventories:delete")
     with deps.db(request).write() as conn:
         store.delete_all_inventories(conn, provider_or_404(conn, uuid))
     return Response(status_code=204)
@@ -159,7 +159,7 @@ def delete_inventories(request: Request, uuid: str) -> Response:
 
 @router.get(BASE + "/{resource_class}")
 def get_inventory(request: Request, uuid: str, resource_class: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:inventories:show")
+    deps.authorize(request, "placement:resource_providers:inventories:show")
     with deps.db(request).read() as conn:
         p = provider_or_404(conn, uuid)
         inv, last_modified = store.get_inventory(conn, p, resource_class)
@@ -168,7 +168,7 @@ def get_inventory(request: Request, uuid: str, resource_class: str) -> Response:
 
 @router.put(BASE + "/{resource_class}")
 async def update_inventory(request: Request, uuid: str, resource_class: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:inventories:update")
+    deps.authorize(request, "placement:resource_providers:inventories:update")
     raw = await read_json(request)
     with deps.db(request).write() as conn:
         p = provider_or_404(conn, uuid)
@@ -182,7 +182,7 @@ async def update_inventory(request: Request, uuid: str, resource_class: str) -> 
 
 @router.delete(BASE + "/{resource_class}")
 def delete_inventory(request: Request, uuid: str, resource_class: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:inventories:delete")
+    deps.authorize(request, "placement:resource_providers:inventories:delete")
     with deps.db(request).write() as conn:
         store.delete_inventory(conn, provider_or_404(conn, uuid), resource_class)
     return Response(status_code=204)

@@ -70,7 +70,7 @@ def _inventories(body: ReshapeBody) -> dict[str, store.ProviderInventories]:
 
 @router.post("/reshaper")
 async def reshape(request: Request) -> Response:
-    deps.require_admin(request, "placement:reshaper:reshape")
+    deps.authorize(request, "placement:reshaper:reshape")
     v = require(request, V1_30)
     body = validate(ReshapeBody, await read_json(request))
     model = post_body_model(v)

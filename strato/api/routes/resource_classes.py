@@ -55,7 +55,7 @@ def _validate_path_name(name: str) -> None:
 
 @router.get("/resource_classes")
 def list_resource_classes(request: Request) -> Response:
-    deps.require_admin(request, "placement:resource_classes:list")
+    deps.authorize(request, "placement:resource_classes:list")
     v = require(request, V1_2)
     with deps.db(request).read() as conn:
         found = store.list_classes(conn)
@@ -65,7 +65,7 @@ def list_resource_classes(request: Request) -> Response:
 
 @router.get("/resource_classes/{name}")
 def get_resource_class(request: Request, name: str) -> Response:
-    deps.require_admin(request, "placement:resource_classes:show")
+    deps.authorize(request, "placement:resource_classes:show")
     v = require(request, V1_2)
     with deps.db(request).read() as conn:
         rc = store.get_class(conn, name)
@@ -74,7 +74,7 @@ def get_resource_class(request: Request, name: str) -> Response:
 
 @router.post("/resource_classes")
 async def create_resource_class(request: Request) -> Response:
-    deps.require_admin(request, "placement:resource_classes:create")
+    deps.authorize(request, "placement:resource_classes:create")
     require(request, V1_2)
     body = await read_model(request, ResourceClassName)
     with deps.db(request).write() as conn:
@@ -84,7 +84,7 @@ async def create_resource_class(request: Request) -> Response:
 
 @router.put("/resource_classes/{name}")
 async def update_resource_class(request: Request, name: str) -> Response:
-    deps.require_admin(request, "placement:resource_classes:update")
+    deps.authorize(request, "placement:resource_classes:update")
     v = require(request, V1_2)
     if v >= V1_7:
         return _ensure_resource_class(request, name)
@@ -104,7 +104,7 @@ def _ensure_resource_class(request: Request, name: str) -> Response:
 
 @router.delete("/resource_classes/{name}")
 def delete_resource_class(request: Request, name: str) -> Response:
-    deps.require_admin(request, "placement:resource_classes:delete")
+    deps.authorize(request, "placement:resource_classes:delete")
     require(request, V1_2)
     with deps.db(request).write() as conn:
         store.delete_class(conn, name)

@@ -23,6 +23,7 @@ from strato.api.microversion import (
     V1_18,
     V1_20,
     V1_37,
+    V1_39,
     Version,
     version,
 )
@@ -91,7 +92,7 @@ def _headers(v: Version, p: store.Provider | None = None) -> dict[str, str] | No
 
 @router.post("/resource_providers")
 async def create_resource_provider(request: Request) -> Response:
-    deps.require_admin(request, "placement:resource_providers:create")
+    deps.authorize(request, "placement:resource_providers:create")
     v = version(request)
     body: CreateProvider | CreateProviderV1_0 = await read_model(
         request, CreateProvider if v >= V1_14 else CreateProviderV1_0)
@@ -108,7 +109,7 @@ async def create_resource_provider(request: Request) -> Response:
 
 @router.get("/resource_providers/{uuid}")
 def get_resource_provider(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:show")
+    deps.authorize(request, "placement:resource_providers:show")
     v = version(request)
     with deps.db(request).read() as conn:
         p = store.get_provider(conn, uuid)
@@ -117,7 +118,7 @@ def get_resource_provider(request: Request, uuid: str) -> Response:
 
 @router.put("/resource_providers/{uuid}")
 async def update_resource_provider(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:update")
+    deps.authorize(request, "placement:resource_providers:update")
     v = version(request)
     data: UpdateProvider | UpdateProviderV1_0 = await read_model(
         request, UpdateProvider if v >= V1_14 else UpdateProviderV1_0)
@@ -133,7 +134,7 @@ async def update_resource_provider(request: Request, uuid: str) -> Response:
 
 @router.delete("/resource_providers/{uuid}")
 def delete_resource_provider(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:delete")
+    deps.authorize(request, "placement:resource_providers:delete")
     with deps.db(request).write() as conn:
         store.delete_provider(conn, uuid)
     return Response(status_code=204)
@@ -154,7 +155,7 @@ def _list_params(v: Version) -> list[str]:
 
 @router.get("/resource_providers")
 def list_resource_providers(request: Request) -> Response:
-    deps.require_admin(request, "placement:resource_providers:list")
+    deps.authorize(request, "placement:resource_providers:list")
     v = version(request)
     query.check_params(request, _list_params(v))
     uuid = query.single(request, "uuid")
@@ -167,7 +168,10 @@ def list_resource_providers(request: Request) -> Response:
             f"Invalid query string parameters: 'in_tree' is not a valid UUID: {in_tree!r}")
     member_values = request.query_params.getlist("member_of")
     member_of, not_member_of = query.parse_member_of(member_values, v)
-    required_values = request.query_params.getlist("required")[-1:]
+    # Repeating `required` (AND) arrived with 1.39; before, the last one counts.
+    required_values = request.query_params.getlist("required")
+    if v < V1_39:
+        required_values = required_values[-1:]
     required, forbidden = query.parse_required(required_values, v)
     res_value = query.single(request, "resources")
     resources = query.parse_resources(res_value) if res_value is not None else ()

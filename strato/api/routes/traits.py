@@ -85,7 +85,7 @@ def _list_filters(request: Request) -> store.TraitFilters:
 
 @router.get("/traits")
 def list_traits(request: Request) -> Response:
-    deps.require_admin(request, "placement:traits:list")
+    deps.authorize(request, "placement:traits:list")
     v = require(request, V1_6)
     filters = _list_filters(request)
     with deps.db(request).read() as conn:
@@ -95,7 +95,7 @@ def list_traits(request: Request) -> Response:
 
 @router.get("/traits/{name}")
 def get_trait(request: Request, name: str) -> Response:
-    deps.require_admin(request, "placement:traits:show")
+    deps.authorize(request, "placement:traits:show")
     v = require(request, V1_6)
     with deps.db(request).read() as conn:
         t = store.get_trait(conn, name)
@@ -104,7 +104,7 @@ def get_trait(request: Request, name: str) -> Response:
 
 @router.put("/traits/{name}")
 def update_trait(request: Request, name: str) -> Response:
-    deps.require_admin(request, "placement:traits:update")
+    deps.authorize(request, "placement:traits:update")
     v = require(request, V1_6)
     _check_custom_name(name)
     with deps.db(request).write() as conn:
@@ -115,7 +115,7 @@ def update_trait(request: Request, name: str) -> Response:
 
 @router.delete("/traits/{name}")
 def delete_trait(request: Request, name: str) -> Response:
-    deps.require_admin(request, "placement:traits:delete")
+    deps.authorize(request, "placement:traits:delete")
     require(request, V1_6)
     with deps.db(request).write() as conn:
         store.delete_trait(conn, name)
@@ -129,7 +129,7 @@ def _provider_body(pt: store.ProviderTraits) -> dict[str, object]:
 
 @router.get("/resource_providers/{uuid}/traits")
 def list_provider_traits(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:traits:list")
+    deps.authorize(request, "placement:resource_providers:traits:list")
     v = require(request, V1_6)
     with deps.db(request).read() as conn:
         pt = store.provider_traits(conn, uuid)
@@ -138,7 +138,7 @@ def list_provider_traits(request: Request, uuid: str) -> Response:
 
 @router.put("/resource_providers/{uuid}/traits")
 async def update_provider_traits(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:traits:update")
+    deps.authorize(request, "placement:resource_providers:traits:update")
     v = require(request, V1_6)
     body = await read_model(request, SetProviderTraits)
     with deps.db(request).write() as conn:
@@ -149,7 +149,7 @@ async def update_provider_traits(request: Request, uuid: str) -> Response:
 
 @router.delete("/resource_providers/{uuid}/traits")
 def delete_provider_traits(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:traits:delete")
+    deps.authorize(request, "placement:resource_providers:traits:delete")
     require(request, V1_6)
     with deps.db(request).write() as conn:
         store.set_provider_traits(conn, uuid, [], None)

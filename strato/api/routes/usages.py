@@ -31,7 +31,7 @@ def _headers(v: Version) -> dict[str, str] | None:
 
 @router.get("/resource_providers/{uuid}/usages")
 def get_provider_usages(request: Request, uuid: str) -> Response:
-    deps.require_admin(request, "placement:resource_providers:usages")
+    deps.authorize(request, "placement:resource_providers:usages")
     v = version(request)
     with deps.db(request).read() as conn:
         rp = providers.get_provider_or_none(conn, uuid)
@@ -72,7 +72,7 @@ def _consumer_type_param(request: Request) -> str | None:
 
 @router.get("/usages")
 def get_total_usages(request: Request) -> Response:
-    deps.require_admin(request, "placement:usages")
+    deps.authorize(request, "placement:usages", request.query_params.get("project_id"))
     v = require(request, V1_9)
     by_type = v >= V1_38
     query.check_params(request, ["project_id", "user_id"] + (["consumer_type"] if by_type

@@ -1,0 +1,30 @@
+"""Error bodies in the format the client's Accept prefers, as Placement (webob) does."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from strato.api.responses import error_media_type
+
+
+@pytest.mark.parametrize(("accept", "media"), [
+    (None, "application/json"),
+    ("*/*", "application/json"),
+    ("application/json", "application/json"),
+    ("text/html", "text/html"),
+    ("text/plain", "text/plain"),
+    ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", "text/html"),
+    ("application/json;q=0.5,text/html;q=0.4", "application/json"),
+    ("text/*", "text/plain"),
+    ("image/png", "text/plain"),
+])
+def test_error_media_type(accept: str | None, media: str) -> None:
+    assert error_media_type(accept) == media
+
+
+def test_html_error_page(client: TestClient) -> None:
+    got = client.get("/no-such-thing", headers={"accept": "text/html", "x-auth-token": "admin"})
+    assert got.status_code == 404
+    assert got.headers["content-type"].startswith("text/html")
+    assert "404 Not Found" in got.text and "The resource could not be found" in got.text
