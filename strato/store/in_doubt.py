@@ -40,8 +40,9 @@ def add(conn: Connection, child: str, request_id: str, consumers: Sequence[str],
         "attempts": 0, "created_at": utcnow()}])
 
 
-def pending(conn: Connection, child: str | None = None) -> list[InDoubt]:
-    q = sa.select(in_doubt).order_by(in_doubt.c.id)
+def pending(conn: Connection, child: str | None = None, limit: int = 500) -> list[InDoubt]:
+    """The oldest requests in doubt (at `child`), at most `limit` a round."""
+    q = sa.select(in_doubt).order_by(in_doubt.c.id).limit(limit)
     if child is not None:
         q = q.where(in_doubt.c.child == child)
     return [InDoubt(id=int(r.id), child=r.child, request_id=r.request_id,

@@ -50,7 +50,6 @@ class State(enum.IntEnum):
 
 
 FINAL = (State.PLACED, State.REFUSED, State.CANCELLED)
-# Kept for callers that spell the status.
 CANCELLED = State.CANCELLED
 
 
@@ -60,6 +59,7 @@ class Entry:
     state: State
     body: dict[str, Any]
     deadline: float | None
+    attempt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,7 @@ class Part:
     child: str  # "" for this zone's own providers
     part_id: str
     consumers: tuple[str, ...]
+    attempt: str | None = None
 
 
 # The statements every request at a routing zone runs go to the cursor
@@ -76,14 +77,14 @@ class Part:
 def lookup(conn: Connection, request_id: str) -> Entry | None:
     raw = Raw(conn)
     try:
-        row = raw.first("SELECT status, response, deadline FROM strato_schedule_requests "
-                        "WHERE request_id = ?", (request_id,))
+        row = raw.first("SELECT status, response, deadline, attempt "
+                        "FROM strato_schedule_requests WHERE request_id = ?", (request_id,))
     finally:
         raw.close()
     if row is None:
         return None
     return Entry(request_id, State(int(row[0])), orjson.loads(row[1]),
-                 None if row[2] is None else float(row[2]))
+                 None if row[2] is None else float(row[2]), row[3])
 
 
 def get_answer(conn: Connection, request_id: str) -> tuple[int, dict[str, Any]] | None:
@@ -94,8 +95,10 @@ def get_answer(conn: Connection, request_id: str) -> tuple[int, dict[str, Any]] 
     return int(entry.state), entry.body
 
 
-def reserve(conn: Connection, request_id: str, deadline: float | None = None) -> bool:
-    """Claim `request_id` for this transaction; False if another one has it.
+def reserve(conn: Connection, request_id: str, deadline: float | None = None,
+            attempt: str | None = None) -> bool:
+    """Claim `request_id` for this transaction (and `attempt`, at a routing
+    zone); False if another one has it.
 
     One statement: an insert that does nothing on a conflict (on PostgreSQL it
     waits for a concurrent transaction holding the same id to end).
@@ -104,21 +107,27 @@ def reserve(conn: Connection, request_id: str, deadline: float | None = None) ->
     try:
         return raw.first(
             "INSERT INTO strato_schedule_requests (request_id, status, response, created_at, "
-            "deadline) VALUES (?, ?, '{}', ?, ?) ON CONFLICT DO NOTHING RETURNING request_id",
-            (request_id, int(State.PLACING), raw.stamp(utcnow()), deadline)) is not None
+            "deadline, attempt) VALUES (?, ?, '{}', ?, ?, ?) ON CONFLICT DO NOTHING "
+            "RETURNING request_id",
+            (request_id, int(State.PLACING), raw.stamp(utcnow()), deadline, attempt)
+        ) is not None
     finally:
         raw.close()
 
 
 def finish(conn: Connection, request_id: str, status: int, body: dict[str, Any], *,
-           only_placing: bool = False) -> bool:
+           only_placing: bool = False, attempt: str | None = None) -> bool:
     """Write the final answer; with `only_placing`, only over a reservation still
-    placing (False if it was cancelled or abandoned meanwhile)."""
+    placing (and held by `attempt`, if given): False if it was cancelled,
+    abandoned or taken by another attempt meanwhile."""
     sql = "UPDATE strato_schedule_requests SET status = ?, response = ? WHERE request_id = ?"
     params: tuple[Any, ...] = (int(status), orjson.dumps(body).decode(), request_id)
     if only_placing:
         sql += " AND status = ?"
         params += (int(State.PLACING),)
+    if attempt is not None:
+        sql += " AND attempt = ?"
+        params += (attempt,)
     raw = Raw(conn)
     try:
         return raw.run(sql, params) > 0
@@ -126,11 +135,14 @@ def finish(conn: Connection, request_id: str, status: int, body: dict[str, Any],
         raw.close()
 
 
-def give_back(conn: Connection, request_id: str) -> None:
-    """Forget a reservation that reached no answer (an outage), so that a retry
-    works afresh. Final answers are never forgotten here."""
+def give_back(conn: Connection, request_id: str, attempt: str | None) -> None:
+    """Forget a reservation of `attempt` that reached no answer (an outage), so
+    that a retry works afresh. Final answers are never forgotten here, nor
+    another attempt's reservation."""
     conn.execute(sa.delete(sr).where(sr.c.request_id == request_id,
-                                     sr.c.status.in_([State.PLACING, State.ABANDONED])))
+                                     sr.c.status.in_([State.PLACING, State.ABANDONED]),
+                                     sr.c.attempt.is_(None) if attempt is None
+                                     else sr.c.attempt == attempt))
 
 
 def abandon(conn: Connection, request_id: str) -> bool:
@@ -151,22 +163,35 @@ def overdue(conn: Connection, now: float, limit: int = 100) -> list[str]:
 
 
 def add_part(conn: Connection, request_id: str, child: str, part_id: str,
-             consumers: Sequence[str]) -> None:
+             consumers: Sequence[str], attempt: str | None = None) -> bool:
+    """Record a part; with `attempt`, only while that attempt still holds the
+    request's reservation (False if it was cancelled, abandoned or taken)."""
     raw = Raw(conn)
+    params = (request_id, child, part_id, orjson.dumps(list(consumers)).decode(),
+              raw.stamp(utcnow()), attempt)
     try:
-        raw.run("INSERT INTO strato_request_parts (request_id, child, part_id, consumers, "
-                "created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (request_id, child, part_id, orjson.dumps(list(consumers)).decode(),
-                 raw.stamp(utcnow())))
+        if attempt is None:
+            return raw.run("INSERT INTO strato_request_parts (request_id, child, part_id, "
+                           "consumers, created_at, attempt) VALUES (?, ?, ?, ?, ?, ?) "
+                           "ON CONFLICT DO NOTHING", params) >= 0
+        return raw.run(
+            "INSERT INTO strato_request_parts (request_id, child, part_id, consumers, "
+            "created_at, attempt) SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM "
+            "strato_schedule_requests WHERE request_id = ? AND status = ? AND attempt = ?) "
+            "ON CONFLICT DO NOTHING",
+            (*params, request_id, int(State.PLACING), attempt)) > 0
     finally:
         raw.close()
 
 
-def parts(conn: Connection, request_id: str) -> list[Part]:
+def parts(conn: Connection, request_id: str, attempt: str | None = None) -> list[Part]:
+    """The parts recorded under `request_id` (only `attempt`'s, if given)."""
     rp = request_parts
-    return [Part(r.child, r.part_id, tuple(orjson.loads(r.consumers)))
-            for r in conn.execute(sa.select(rp).where(rp.c.request_id == request_id)
-                                  .order_by(rp.c.id))]
+    q = sa.select(rp).where(rp.c.request_id == request_id)
+    if attempt is not None:
+        q = q.where(rp.c.attempt == attempt)
+    return [Part(r.child, r.part_id, tuple(orjson.loads(r.consumers)), r.attempt)
+            for r in conn.execute(q.order_by(rp.c.id))]
 
 
 def purge(conn: Connection, before: datetime, limit: int = 10_000) -> int:

@@ -43,23 +43,33 @@ class Pending:
     state: str
     remote: list[dict[str, Any]]
     request_id: str | None = None
+    attempt: str | None = None
 
 
 def hold(conn: Connection, consumers: Iterable[str], ttl: float,
-         request_id: str | None = None) -> None:
+         request_id: str | None = None, attempt: str | None = None) -> None:
     """Mark freshly claimed consumers as held for `ttl` seconds (same transaction),
-    under the request (as this zone knows it) that made them."""
+    under the request (as this zone knows it) and its attempt that made them."""
     now = utcnow()
     expires = now + timedelta(seconds=ttl)
     conn.execute(sa.insert(pc), [
         {"consumer_uuid": c, "state": HELD, "expires_at": expires, "remote": "[]",
-         "created_at": now, "request_id": request_id} for c in consumers])
+         "created_at": now, "request_id": request_id, "attempt": attempt}
+        for c in consumers])
 
 
-def of_request(conn: Connection, request_id: str) -> list[Pending]:
-    """The provisional claims a request made here (held or committing)."""
-    return [Pending(r.consumer_uuid, r.state, json.loads(r.remote or "[]"), r.request_id)
-            for r in conn.execute(sa.select(pc).where(pc.c.request_id == request_id))]
+def _pending(r: Any) -> Pending:
+    return Pending(r.consumer_uuid, r.state, json.loads(r.remote or "[]"), r.request_id,
+                   r.attempt)
+
+
+def of_request(conn: Connection, request_id: str, attempt: str | None = None
+               ) -> list[Pending]:
+    """The provisional claims a request (one attempt of it, if given) made here."""
+    q = sa.select(pc).where(pc.c.request_id == request_id)
+    if attempt is not None:
+        q = q.where(pc.c.attempt == attempt)
+    return [_pending(r) for r in conn.execute(q)]
 
 
 def mark_committing(conn: Connection, consumers: Sequence[str],
@@ -118,10 +128,8 @@ def expired_held(conn: Connection) -> list[str]:
 
 
 def committing(conn: Connection) -> list[Pending]:
-    return [Pending(r.consumer_uuid, r.state, json.loads(r.remote or "[]"), r.request_id)
-            for r in conn.execute(sa.select(pc).where(pc.c.state == COMMITTING))]
+    return [_pending(r) for r in conn.execute(sa.select(pc).where(pc.c.state == COMMITTING))]
 
 
 def all_pending(conn: Connection) -> list[Pending]:
-    return [Pending(r.consumer_uuid, r.state, json.loads(r.remote or "[]"))
-            for r in conn.execute(sa.select(pc))]
+    return [_pending(r) for r in conn.execute(sa.select(pc))]

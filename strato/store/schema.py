@@ -207,6 +207,10 @@ schedule_requests = sa.Table(
     sa.Column("created_at", sa.DateTime, nullable=True, index=True),
     # Unix time after which the request's caller no longer waits for it.
     sa.Column("deadline", sa.Float, nullable=True),
+    # Which attempt at this zone holds the reservation (a retry after an
+    # outage is another attempt: an older one may not touch its work).
+    sa.Column("attempt", sa.String(32), nullable=True),
+    sa.Index("ix_strato_schedule_requests_open", "status", "deadline"),
 )
 
 # Strato: every part a request created in other zones or here (a child's
@@ -223,7 +227,8 @@ request_parts = sa.Table(
     # The id the part is known by where it lives.
     sa.Column("part_id", sa.String(255), nullable=False),
     sa.Column("consumers", sa.Text, nullable=False),
-    sa.Column("created_at", sa.DateTime, nullable=True),
+    sa.Column("attempt", sa.String(32), nullable=True),
+    sa.Column("created_at", sa.DateTime, nullable=True, index=True),
     sa.UniqueConstraint("request_id", "child", "part_id", name="uq_strato_request_parts"),
 )
 
@@ -285,6 +290,7 @@ provisional_claims = sa.Table(
     # JSON: [{"zone": name, "consumers": [...]}] parts held in other zones.
     sa.Column("remote", sa.Text, nullable=False, default="[]"),
     sa.Column("created_at", sa.DateTime, nullable=True),
-    # The request (as this zone knows it) that made the claim.
+    # The request (as this zone knows it) and its attempt that made the claim.
     sa.Column("request_id", sa.String(255), nullable=True, index=True),
+    sa.Column("attempt", sa.String(32), nullable=True),
 )

@@ -12,7 +12,7 @@ import hashlib
 import random
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # A child that failed is probed again after this long, doubling per failure
@@ -123,6 +123,9 @@ class Attempt:
     deadline: float  # unix time
     # Whether its id is reserved in the ledger yet (with its first part).
     reserved: bool = False
+    # This attempt among the tries of one request id at this zone: it owns the
+    # reservation, and only its own parts and holds are its to undo.
+    token: str = field(default_factory=lambda: secrets.token_hex(8))
 
     def remaining(self) -> float:
         return self.deadline - time.time()

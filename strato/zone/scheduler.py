@@ -314,7 +314,8 @@ class LocalScheduler:
             return [(index.uuids[p], tuple(sorted(index.aggregates[p]))) for p in rows]
 
     def hold_shared(self, consumers: list[str], provider: str, classes: dict[str, int],
-                    req: ScheduleRequest, ttl: float, request_id: str) -> None:
+                    req: ScheduleRequest, ttl: float, request_id: str,
+                    attempt: str | None = None) -> None:
         """Claim `classes` on a sharing provider for every consumer, provisionally,
         under `request_id` (as this zone's ledger knows the request)."""
         claims = [ConsumerClaim(consumer_uuid=c, allocations={provider: dict(classes)},
@@ -323,7 +324,7 @@ class LocalScheduler:
                   for c in consumers]
         with self.db.write() as conn:
             claim(conn, claims)
-            provisional.hold(conn, consumers, ttl, request_id)
+            provisional.hold(conn, consumers, ttl, request_id, attempt)
 
     def has_providers(self) -> bool:
         with self.engine.fresh() as index:
@@ -503,10 +504,12 @@ class LocalScheduler:
                                                 "was claimed", retry_after=0.0)
             if request_id is not None and not ledger.reserve(conn, request_id):
                 found = ledger.get_answer(conn, request_id)
-                if found is None or found[0] != 200:
-                    raise errors.Conflict(
-                        f"request_id {request_id} was cancelled or is in progress",
-                        errors.CONCURRENT_UPDATE)
+                if found is None:
+                    raise errors.Conflict(f"request_id {request_id} is in progress",
+                                          errors.REQUEST_IN_PROGRESS)
+                if found[0] != ledger.State.PLACED:
+                    raise errors.Conflict(f"request_id {request_id} was cancelled or "
+                                          "refused", errors.REQUEST_CANCELLED)
                 return {**found[1], "replayed": True}
             result = claim(conn, claims)
             if body.get("hold_ttl"):

@@ -64,7 +64,8 @@ class Router(Protocol):
     async def call_claim(self, child: Child, route: str, body: dict[str, Any],
                          consumers: Sequence[str], deadline: float) -> Any: ...
 
-    async def undo(self, request_id: str, *, placed: bool) -> Any: ...
+    async def undo(self, request_id: str, *, placed: bool,
+                   attempt: str | None = None) -> Any: ...
 
     def health_of(self, name: str) -> Health: ...
 
@@ -97,13 +98,13 @@ async def schedule_split(tree: Router, req: ScheduleRequest, attempt: Attempt,
     ttl = tree.config.hold_ttl
     consumers = list(req.consumers)
 
-    await tree.record_part(attempt, POOL, attempt.request_id, consumers)
+    await tree.record_part(attempt, POOL, f"{attempt.request_id}#{attempt.token}", consumers)
     for provider, aggs in pools[:MAX_POOLS_TRIED]:
         if not aggs:
             continue
         try:
             await run_in_threadpool(tree.local.hold_shared, consumers, provider, shared, req,
-                                    ttl, attempt.request_id)
+                                    ttl, attempt.request_id, attempt.token)
         except errors.Conflict as exc:
             outcomes.append(Outcome("", Result.CONFLICT, f"pool {provider}: {exc.detail}"))
             continue
@@ -123,7 +124,7 @@ async def schedule_split(tree: Router, req: ScheduleRequest, attempt: Attempt,
             return merged
         # Some parts may have been confirmed before one was found expired:
         # cancel every part of this request, by part id, confirmed or not.
-        await tree.undo(attempt.request_id, placed=False)
+        await tree.undo(attempt.request_id, placed=False, attempt=attempt.token)
         outcomes.append(Outcome("", Result.CONFLICT, "a held part expired before it was "
                                 "confirmed; released"))
     return None
@@ -165,28 +166,30 @@ async def _commit(tree: Router, consumers: list[str], answer: dict[str, Any],
         await asyncio.gather(*(_remote(tree, part, "release") for part in parts))
         await run_in_threadpool(_release_local, tree, consumers)
         return False
-    return await finish(tree, consumers, parts, attempt.request_id)
+    return await finish(tree, consumers, parts, attempt.request_id, attempt.token,
+                        attempt.deadline)
 
 
 async def finish(tree: Router, consumers: list[str], parts: list[dict[str, Any]],
-                 request_id: str | None) -> bool:
+                 request_id: str | None, attempt: str | None = None,
+                 deadline: float | None = None) -> bool:
     """Drive a decided placement to its end: confirm every remote part, then ours.
     Returns False (after releasing ours) if a remote part had expired. Ours
     becoming permanent is recorded in the ledger (part POOL_DONE): an undo of
     the request must then remove its allocations, not only its holds."""
     gone = False
     for part in parts:
-        for attempt in range(CONFIRM_ATTEMPTS):
+        answered = False
+        for n in range(CONFIRM_ATTEMPTS):
             status = await _remote(tree, part, "confirm")
-            if status == 200:
+            if status in (200, 404):
+                answered, gone = True, gone or status == 404
                 break
-            if status == 404:
-                gone = True
-                break
-            await asyncio.sleep(min(2.0, 0.1 * 2 ** attempt))
-        else:
-            # Unknown outcome: leave the decision for recovery to finish.
-            log.warning("confirm of %s pending; recovery will finish it", part)
+            if deadline is not None and time.time() >= deadline:
+                break  # out of time: no more tries
+            await asyncio.sleep(min(2.0, 0.1 * 2 ** n))
+        if not answered:
+            log.warning("confirm of %s not answered; the placement is undone", part)
             raise errors.ServiceUnavailable(
                 "a zone holding part of this placement did not answer its confirmation: "
                 "what was held is being undone; nothing stays placed: retry")
@@ -194,13 +197,17 @@ async def finish(tree: Router, consumers: list[str], parts: list[dict[str, Any]]
         await undo_parts(tree, consumers, parts)
         return False
 
-    def done() -> None:
+    def done() -> bool:
         with tree.db.write() as conn:
+            if request_id is not None and not ledger.add_part(
+                    conn, request_id, POOL_DONE, request_id, consumers, attempt):
+                # Cancelled (or abandoned) meanwhile: ours is not made permanent;
+                # the parts confirmed below are cancelled by their part ids.
+                provisional.release(conn, consumers)
+                return False
             provisional.done(conn, consumers)
-            if request_id is not None:
-                ledger.add_part(conn, request_id, POOL_DONE, request_id, consumers)
-    await run_in_threadpool(done)
-    return True
+            return True
+    return await run_in_threadpool(done)
 
 
 async def undo_parts(tree: Router, consumers: list[str], parts: list[dict[str, Any]]
@@ -236,7 +243,8 @@ def _release_local(tree: Router, consumers: list[str]) -> None:
         provisional.release(conn, consumers)
 
 
-async def recover(tree: Router, decided: Callable[[str | None], Awaitable[bool | None]]
+async def recover(tree: Router,
+                  decided: Callable[[str | None, str | None], Awaitable[bool | None]]
                   ) -> dict[str, int]:
     """Release expired holds here; finish decided placements (after a crash)
     whose request `decided` says is still wanted; undo, by request (every part,
@@ -252,26 +260,26 @@ async def recover(tree: Router, decided: Callable[[str | None], Awaitable[bool |
             return expired, provisional.committing(conn)
     expired, pending = await run_in_threadpool(reap)
     by_remote: dict[str, list[str]] = defaultdict(list)
-    parts_of: dict[str, tuple[str | None, list[dict[str, Any]]]] = {}
+    parts_of: dict[str, tuple[str | None, str | None, list[dict[str, Any]]]] = {}
     for p in pending:
-        key = repr((p.request_id, p.remote))
+        key = repr((p.request_id, p.attempt, p.remote))
         by_remote[key].append(p.consumer_uuid)
-        parts_of[key] = (p.request_id, p.remote)
+        parts_of[key] = (p.request_id, p.attempt, p.remote)
     finished = undone = 0
     for key, consumers in by_remote.items():
-        request_id, parts = parts_of[key]
-        verdict = await decided(request_id)
+        request_id, attempt, parts = parts_of[key]
+        verdict = await decided(request_id, attempt)
         if verdict is None:
             continue  # its request is still at work here
         if not verdict:
             if request_id is None:
                 await undo_parts(tree, consumers, parts)
             else:
-                await tree.undo(request_id, placed=False)
+                await tree.undo(request_id, placed=False, attempt=attempt)
             undone += len(consumers)
             continue
         try:
-            if await finish(tree, consumers, parts, request_id):
+            if await finish(tree, consumers, parts, request_id, attempt):
                 finished += len(consumers)
         except errors.StratoError:
             continue  # still unreachable; next round

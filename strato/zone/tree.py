@@ -255,7 +255,8 @@ class ZoneTree:
                 await self.refresh(wait=0)
                 now = time.monotonic()
                 if ((self._doubtful is None or self._doubtful)
-                        and now - reconciled_at >= self.config.summary_interval):
+                        and now - reconciled_at >= self.config.summary_interval
+                        and not self._reconciling.locked()):
                     reconciled_at = now
                     self.spawn(self.reconcile())
                 if now - purged_at > PURGE_EVERY_S:
@@ -354,12 +355,14 @@ class ZoneTree:
                 "released": sorted({*(answer or {}).get("released", []), *undone.released}),
                 "forwarded": undone.forwarded, "deferred": undone.deferred}
 
-    async def undo(self, request_id: str, *, placed: bool) -> Undone:
-        """Undo every part recorded under `request_id` at this zone: its own
-        placements (by part id), its pool holds (and, if the request had been
-        placed, its pool allocations), and each child's part (cancelled there,
-        or recorded in doubt until the child answers)."""
-        parts = await self._read(lambda conn: ledger.parts(conn, request_id))
+    async def undo(self, request_id: str, *, placed: bool,
+                   attempt: str | None = None) -> Undone:
+        """Undo every part recorded under `request_id` at this zone (only those
+        of `attempt`, if given: a later attempt's work is not this one's): its
+        own placements (by part id), its pool holds (and, if it had been placed,
+        its pool allocations), and each child's part (cancelled there, or
+        recorded in doubt until the child answers)."""
+        parts = await self._read(lambda conn: ledger.parts(conn, request_id, attempt))
         out = Undone()
         pooled = {c for p in parts if p.child == shared.POOL for c in p.consumers}
         # Confirmed pool parts are permanent allocations of this request: they
@@ -369,7 +372,8 @@ class ZoneTree:
             permanent |= pooled
 
         def release_here(conn: Connection) -> list[str]:
-            held = [h.consumer_uuid for h in provisional.of_request(conn, request_id)]
+            held = [h.consumer_uuid
+                    for h in provisional.of_request(conn, request_id, attempt)]
             gone = provisional.release(conn, held) if held else []
             rest = sorted(permanent - set(gone))
             if rest:
@@ -493,7 +497,7 @@ class ZoneTree:
         answer = self._finish_explain(req, answer, outcomes)
         answer["request_id"] = client_id
         if attempt.remaining() <= 0:
-            await self._give_up(attempt)
+            await self._give_up(attempt, placed=True)
             raise errors.ServiceUnavailable(
                 f"request {attempt.request_id}: its deadline passed before it was placed; "
                 "what it claimed was undone", retry_after=0.0)
@@ -506,17 +510,20 @@ class ZoneTree:
         rid = attempt.request_id
 
         def job(conn: Connection) -> bool | None:
-            if not attempt.reserved and not ledger.reserve(conn, rid, attempt.deadline):
+            if not attempt.reserved and not ledger.reserve(conn, rid, attempt.deadline,
+                                                           attempt.token):
                 return None
-            return ledger.finish(conn, rid, state, body, only_placing=True)
+            return ledger.finish(conn, rid, state, body, only_placing=True,
+                                 attempt=attempt.token)
         kept = await self._write(job)
         if kept is None:
             raise _Duplicate()
         attempt.reserved = True
         if not kept:
+            lost = await self._lost(attempt)
             if state == State.PLACED:
-                await self.undo(rid, placed=True)
-            raise _cancelled(rid)
+                await self.undo(rid, placed=True, attempt=attempt.token)
+            raise lost
 
     async def _schedule_here(self, req: ScheduleRequest) -> dict[str, Any]:
         """A zone without children: its own providers (the store's claim
@@ -569,29 +576,43 @@ class ZoneTree:
     async def record_part(self, attempt: Attempt, child: str, pid: str,
                           consumers: Sequence[str]) -> None:
         """Record a part before it is asked for; the attempt's first part also
-        reserves its id (raises _Duplicate if another request has it)."""
-        rid = attempt.request_id
+        reserves its id (raises _Duplicate if another request has it). A part is
+        recorded only while the attempt still holds the reservation: once it was
+        cancelled (or abandoned by recovery), nothing more is asked for."""
+        rid, token = attempt.request_id, attempt.token
         if attempt.reserved:
-            await self._write(lambda conn: ledger.add_part(conn, rid, child, pid, consumers))
+            if not await self._write(lambda conn: ledger.add_part(conn, rid, child, pid,
+                                                                  consumers, token)):
+                raise await self._lost(attempt)
             return
 
         def job(conn: Connection) -> bool:
-            if not ledger.reserve(conn, rid, attempt.deadline):
+            if not ledger.reserve(conn, rid, attempt.deadline, token):
                 return False
-            ledger.add_part(conn, rid, child, pid, consumers)
+            ledger.add_part(conn, rid, child, pid, consumers, token)
             return True
         if not await self._write(job):
             raise _Duplicate()
         attempt.reserved = True
 
-    async def _give_up(self, attempt: Attempt) -> None:
-        """No answer for this attempt: undo what it made, give the id back."""
+    async def _lost(self, attempt: Attempt) -> errors.StratoError:
+        """Why `attempt` no longer holds its reservation, as the error to answer."""
+        entry = await self._read(partial(ledger.lookup, request_id=attempt.request_id))
+        if entry is not None and entry.state == State.CANCELLED:
+            return _cancelled(attempt.request_id)
+        return errors.ServiceUnavailable(
+            f"request {attempt.request_id}: its time ran out and it was undone; retry",
+            retry_after=0.0)
+
+    async def _give_up(self, attempt: Attempt, *, placed: bool = False) -> None:
+        """No answer for this attempt: undo what it made, then give the id back
+        (only if the undo went through: otherwise recovery finds the request
+        overdue and undoes it again)."""
         if not attempt.reserved:
             return  # it recorded no part: nothing was asked of anyone
-        try:
-            await self.undo(attempt.request_id, placed=False)
-        finally:
-            await self._write(lambda conn: ledger.give_back(conn, attempt.request_id))
+        await self.undo(attempt.request_id, placed=placed, attempt=attempt.token)
+        await self._write(lambda conn: ledger.give_back(conn, attempt.request_id,
+                                                        attempt.token))
 
     async def _place(self, req: ScheduleRequest, kids: Sequence[Child],
                      attempt: Attempt | None) -> tuple[dict[str, Any] | None, list[Outcome]]:
@@ -909,9 +930,10 @@ class ZoneTree:
         placements = plan.get("placements", [])
         path = str(placements[0]["zone"]).split("/")[1:] if placements else []
         pid = await self._record(attempt, name, req)
+        deadline = attempt.child_deadline(self.config.child_timeout)
         body = {"path": path, "project_id": req.project_id, "user_id": req.user_id,
                 "consumer_type": req.consumer_type, "group": req.group,
-                "hold_ttl": req.hold_ttl, "request_id": pid,
+                "hold_ttl": req.hold_ttl, "request_id": pid, "deadline": deadline,
                 "placements": [{"consumer_uuid": p["consumer_uuid"],
                                 "allocations": p["allocations"]} for p in placements]}
         if name == LOCAL:
@@ -924,7 +946,7 @@ class ZoneTree:
         if child is None:
             return Outcome(name, Result.ERROR, "child zone removed")
         reply = await self.call_claim(child, "/strato/v1/claims", body, req.consumers,
-                                      attempt.child_deadline(self.config.child_timeout))
+                                      deadline + 0.25)
         if isinstance(reply, Outcome):
             return reply
         if reply.status == 200:
@@ -936,8 +958,12 @@ class ZoneTree:
             self._note_answer(name, claimed.get("zone_summary"))
             return self._prefixed({**plan, "dry_run": False}, name)
         err = _error(reply.body)
-        return Outcome(name, Result.CONFLICT, f"claim refused ({reply.status}): "
-                       f"{err.get('detail', '')}"[:300])
+        why = f"claim refused ({reply.status}): {err.get('detail', '')}"[:300]
+        if reply.status == 409:
+            return Outcome(name, Result.CONFLICT, why)
+        # Not an answer about room (503, 500, a lying body): an outage.
+        return Outcome(name, Result.UNAVAILABLE if reply.status == 503 else Result.ERROR,
+                       why)
 
     async def call_claim(self, child: Child, route: str, body: dict[str, Any],
                          consumers: Sequence[str], deadline: float) -> Any:
@@ -995,7 +1021,7 @@ class ZoneTree:
         reply = await self.call_claim(child, route, {**payload, "request_id": pid,
                                                      "path": path[1:]}, consumers, deadline)
         if isinstance(reply, Outcome) or reply.status != 200:
-            await self._write(lambda conn: ledger.give_back(conn, rid))
+            await self._write(lambda conn: ledger.give_back(conn, rid, None))
             if isinstance(reply, Outcome):
                 raise errors.ServiceUnavailable(f"child zone {child.name} did not answer: "
                                                 f"{reply.reason}")
@@ -1023,31 +1049,35 @@ class ZoneTree:
         done = await shared.recover(self, self._decided)
         overdue = await self._read(lambda conn: ledger.overdue(conn, time.time() - 1.0))
         for rid in overdue:
-            if not await self._write(partial(ledger.abandon, request_id=rid)):
-                entry = await self._read(partial(ledger.lookup, request_id=rid))
-                if entry is None or entry.state != State.ABANDONED:
-                    continue  # finished meanwhile
+            await self._write(partial(ledger.abandon, request_id=rid))
+            entry = await self._read(partial(ledger.lookup, request_id=rid))
+            if entry is None or entry.state != State.ABANDONED:
+                continue  # finished meanwhile
             log.warning("request %s ran past its deadline unanswered: undoing it", rid)
-            await self._give_up(Attempt(rid, 0.0, reserved=True))
+            await self.undo(rid, placed=False, attempt=entry.attempt)
+            await self._write(partial(ledger.give_back, request_id=rid,
+                                      attempt=entry.attempt))
         done["abandoned"] = len(overdue)
         return done
 
-    async def _decided(self, request_id: str | None) -> bool | None:
+    async def _decided(self, request_id: str | None, attempt: str | None) -> bool | None:
         """Whether a split placement left committing is to be finished (True),
         undone (False), or left to the request still at work (None)."""
         if request_id is None:
             return True  # made before the ledger recorded it: finish, as decided
         entry = await self._read(lambda conn: ledger.lookup(conn, request_id))
-        if entry is None or entry.state != State.PLACING:
+        if entry is None or entry.attempt != attempt:
+            return False  # given back, or another attempt's now: nobody was told
+        if entry.state != State.PLACING:
             # Placed: already finished. Anything else: nobody was told it is.
-            return entry is not None and entry.state == State.PLACED
+            return entry.state == State.PLACED
         if entry.deadline is None or entry.deadline > time.time():
             return None  # its worker may be at it
         # Past its deadline and unanswered: take it over (its worker, if alive,
         # then cannot answer it placed), and undo it.
         if await self._write(partial(ledger.abandon, request_id=request_id)):
             return False
-        return await self._decided(request_id)
+        return await self._decided(request_id, attempt)
 
     async def run_recovery(self) -> None:
         """Background loop (HTTP servers): a recovery round a few times per hold TTL."""
@@ -1097,11 +1127,15 @@ def _mean_score(answer: dict[str, Any]) -> float:
 
 
 def _error(body: Any) -> dict[str, Any]:
-    if isinstance(body, dict) and body.get("errors"):
-        first = body["errors"][0]
-        if isinstance(first, dict):
-            return first
-    return {"detail": json.dumps(body)[:300] if body is not None else ""}
+    """The first error of a child's error body, whatever shape the body has."""
+    errs = body.get("errors") if isinstance(body, dict) else None
+    if isinstance(errs, list) and errs and isinstance(errs[0], dict):
+        return errs[0]
+    try:
+        shown = json.dumps(body)[:300] if body is not None else ""
+    except (TypeError, ValueError):
+        shown = type(body).__name__
+    return {"detail": shown}
 
 
 def _status_error(status: int, err: dict[str, Any]) -> errors.StratoError:

@@ -62,13 +62,25 @@ def test_states_parts_and_take_over(database: Database) -> None:
         assert not store.abandon(conn, "r")  # one taker
         # Its worker can no longer write an answer over it.
         assert not store.finish(conn, "r", 200, {}, only_placing=True)
-        store.give_back(conn, "r")
+        store.give_back(conn, "r", None)
         assert store.lookup(conn, "r") is None
         # A final answer is never given back.
         assert store.reserve(conn, "s")
         assert store.finish(conn, "s", 409, {"detail": "no"}, only_placing=True)
-        store.give_back(conn, "s")
+        store.give_back(conn, "s", None)
         assert store.get_answer(conn, "s") == (409, {"detail": "no"})
+        # An attempt's reservation is its own: another attempt cannot write over
+        # it, record parts under it, or give it back.
+        assert store.reserve(conn, "t", attempt="A")
+        assert store.add_part(conn, "t", "dfw", "t@z#1", ["c"], "A")
+        assert not store.add_part(conn, "t", "dfw", "t@z#2", ["c"], "B")
+        assert not store.finish(conn, "t", 200, {}, only_placing=True, attempt="B")
+        store.give_back(conn, "t", "B")
+        assert store.lookup(conn, "t") is not None
+        assert [p.part_id for p in store.parts(conn, "t", "A")] == ["t@z#1"]
+        assert store.parts(conn, "t", "B") == []
+        store.cancel(conn, "t")
+        assert not store.add_part(conn, "t", "dfw", "t@z#3", ["c"], "A")
 
 
 def test_a_cancel_while_placing_wins_over_the_answer(database: Database) -> None:

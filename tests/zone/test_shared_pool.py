@@ -152,9 +152,10 @@ def _sub(req: ScheduleRequest, ttl: float) -> ScheduleRequest:
 
 
 def _reserve(tree: InProcessTree, rid: str, deadline: float) -> Attempt:
+    attempt = Attempt(rid, deadline, reserved=True)
     with tree.dbs["global"].write() as conn:
-        assert ledger.reserve(conn, rid, deadline)
-    return Attempt(rid, deadline, reserved=True)
+        assert ledger.reserve(conn, rid, deadline, attempt.token)
+    return attempt
 
 
 def _overdue(tree: InProcessTree, rid: str) -> None:
@@ -173,9 +174,9 @@ async def _hold_both(tree: InProcessTree, pool: str, rid: str = "split-1"
     req = ScheduleRequest.model_validate(body(1))
     attempt = _reserve(tree, rid, time.time() + 300)
     with tree.dbs["global"].write() as conn:
-        ledger.add_part(conn, rid, shared.POOL, rid, req.consumers)
+        ledger.add_part(conn, rid, shared.POOL, rid, req.consumers, attempt.token)
     await asyncio.to_thread(root.local.hold_shared, list(req.consumers), pool,
-                            {"DISK_GB": 100}, req, 30.0, rid)
+                            {"DISK_GB": 100}, req, 30.0, rid, attempt.token)
     answer = await root.decide_children(_sub(req, 30.0), attempt, [])
     assert answer is not None
     return root, req, answer

@@ -17,6 +17,9 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("strato_schedule_requests") as t:
         t.add_column(sa.Column("deadline", sa.Float))
+        t.add_column(sa.Column("attempt", sa.String(32)))
+    op.create_index("ix_strato_schedule_requests_open", "strato_schedule_requests",
+                    ["status", "deadline"])
     op.create_table(
         "strato_request_parts",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
@@ -24,11 +27,15 @@ def upgrade() -> None:
         sa.Column("child", sa.String(255), nullable=False),
         sa.Column("part_id", sa.String(255), nullable=False),
         sa.Column("consumers", sa.Text, nullable=False),
+        sa.Column("attempt", sa.String(32)),
         sa.Column("created_at", sa.DateTime),
         sa.UniqueConstraint("request_id", "child", "part_id", name="uq_strato_request_parts"),
     )
+    op.create_index("ix_strato_request_parts_created_at", "strato_request_parts",
+                    ["created_at"])
     with op.batch_alter_table("strato_provisional_claims") as t:
         t.add_column(sa.Column("request_id", sa.String(255)))
+        t.add_column(sa.Column("attempt", sa.String(32)))
     op.create_index("ix_strato_provisional_claims_request_id", "strato_provisional_claims",
                     ["request_id"])
     with op.batch_alter_table("strato_children") as t:
@@ -46,7 +53,11 @@ def downgrade() -> None:
         t.drop_column("identity_hash")
     op.drop_index("ix_strato_provisional_claims_request_id", "strato_provisional_claims")
     with op.batch_alter_table("strato_provisional_claims") as t:
+        t.drop_column("attempt")
         t.drop_column("request_id")
+    op.drop_index("ix_strato_request_parts_created_at", "strato_request_parts")
     op.drop_table("strato_request_parts")
+    op.drop_index("ix_strato_schedule_requests_open", "strato_schedule_requests")
     with op.batch_alter_table("strato_schedule_requests") as t:
+        t.drop_column("attempt")
         t.drop_column("deadline")
