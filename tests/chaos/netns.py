@@ -122,10 +122,11 @@ class Relay:
         await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
 
     def stop(self) -> None:
-        async def close() -> None:
-            if self._server is not None:
-                self._server.close()
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
+        if not self._thread.is_alive():
+            return
+        # Plain callbacks, no coroutine: nothing is left un-awaited however the
+        # loop ends.
+        if self._server is not None:
+            self._loop.call_soon_threadsafe(self._server.close)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)

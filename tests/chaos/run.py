@@ -70,7 +70,11 @@ def run_seed(seed: int, duration: float, workdir: Path, *, clients: int = 16,
              log: Callable[[str], None] = print) -> SeedResult:
     say = log
     res = SeedResult(seed)
-    cluster = Cluster(workdir / f"seed-{seed}", use_netns=use_netns)
+    where = workdir / f"seed-{seed}"
+    if where.exists():
+        # A seed starts from empty databases: an earlier run's are not reused.
+        shutil.rmtree(where)
+    cluster = Cluster(where, use_netns=use_netns)
     try:
         cluster.start()
         history = History()
