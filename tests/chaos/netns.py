@@ -10,7 +10,6 @@ and `remove()` is idempotent so it can run from every cleanup path.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import subprocess
 import threading
