@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strato.api import microversion
 from strato.api.auth import CONTEXT_KEY, AuthStrategy
-from strato.api.responses import REQUEST_ID_KEY, error_response
+from strato.api.responses import REQUEST_ID_KEY, accept_ranges, error_response
 from strato.model import errors
 
 # Routes anyone may call: the version document and the API description.
@@ -26,19 +26,8 @@ def accepts_json(accept: str | None) -> bool:
     application/json, application/* or */* with a q above 0; no header: yes)."""
     if not accept or not accept.strip():
         return True
-    for item in accept.split(","):
-        media, *params = (p.strip() for p in item.split(";"))
-        q = 1.0
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        if q > 0 and media.lower() in ("application/json", "application/*", "*/*"):
-            return True
-    return False
+    return any(q > 0 and media in ("application/json", "application/*", "*/*")
+               for media, q in accept_ranges(accept))
 
 
 class StratoMiddleware:

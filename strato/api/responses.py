@@ -49,12 +49,8 @@ def _quality(offer: str, ranges: list[tuple[str, float]]) -> float:
     return best[1]
 
 
-def error_media_type(accept: str | None) -> str:
-    """The format of an error body, chosen as Placement (webob) chooses it: JSON when
-    `Accept` is absent or `*/*`, else the acceptable one of plain text, HTML and JSON
-    with the highest q (in that order on a tie); plain text when none is."""
-    if not accept or accept.strip() == "*/*":
-        return "application/json"
+def accept_ranges(accept: str) -> list[tuple[str, float]]:
+    """An Accept header's media ranges with their q (an unreadable q is 0)."""
     ranges: list[tuple[str, float]] = []
     for part in accept.split(","):
         media, *params = (x.strip() for x in part.split(";"))
@@ -68,6 +64,16 @@ def error_media_type(accept: str | None) -> str:
                     q = 0.0
         if media:
             ranges.append((media.lower(), q))
+    return ranges
+
+
+def error_media_type(accept: str | None) -> str:
+    """The format of an error body, chosen as Placement (webob) chooses it: JSON when
+    `Accept` is absent or `*/*`, else the acceptable one of plain text, HTML and JSON
+    with the highest q (in that order on a tie); plain text when none is."""
+    if not accept or accept.strip() == "*/*":
+        return "application/json"
+    ranges = accept_ranges(accept)
     scored = [(_quality(offer, ranges), -i, offer) for i, offer in enumerate(_ERROR_FORMATS)]
     q, _, offer = max(scored)
     return offer if q > 0 else "text/plain"
