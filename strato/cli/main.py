@@ -176,10 +176,17 @@ def serve(
         os.environ["STRATO_CORS_ALLOWED_ORIGINS"] = ",".join(cors_allowed_origin)
         os.environ["STRATO_CORS_ALLOW_HEADERS"] = ",".join(cors_allow_header)
         uvicorn.run("strato.cli.main:app_from_env", factory=True, host=host, port=port,
-                    workers=workers, log_level=log_level)
+                    workers=workers, log_level=log_level,
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     else:
         uvicorn.run(create_app(settings, migrate=False), host=host, port=port,
-                    log_level=log_level)
+                    log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+
+
+# On SIGTERM, requests still at work get this long: a request can have a
+# deadline of --request-timeout (30 s); one cut off is undone, by its own
+# worker or by recovery at the next start, and its caller retries.
+GRACEFUL_SHUTDOWN_S = 5
 
 
 def app_from_env() -> FastAPI:
