@@ -137,8 +137,15 @@ class ZoneTree:
         self._local_gate = asyncio.Semaphore(LOCAL_THREADS_PER_PLANNER
                                              * max(1, self.config.schedule_concurrency))
 
-    async def _write(self, job: Callable[[Connection], T]) -> T:
-        """A write in the database's writer (grouped with concurrent ones)."""
+    async def _write(self, job: Callable[[Connection], T], *, now: bool = False) -> T:
+        """A write in the database's writer (grouped with concurrent ones). With
+        `now`, a job of the ledger's cursor statements only (no SQLAlchemy
+        statement: see `Database.write_now`), it runs at once when nothing
+        else is writing: one request's reservation and answer."""
+        if now:
+            done, result = self.db.write_now(job)
+            if done:
+                return result  # type: ignore[return-value]
         return await asyncio.wrap_future(self.db.submit(job))
 
     async def _read(self, job: Callable[[Connection], T]) -> T:
@@ -464,8 +471,10 @@ class ZoneTree:
                 raise self._refusal(req, outcomes)
             return self._finish_explain(req, answer, outcomes)
         client_id = req.request_id
+        look = False  # a new id is the common case: its reservation tells
         while True:
-            begun = await self._begin(req)
+            begun = await self._begin(req, look=look)
+            look = True
             if isinstance(begun, dict):
                 return begun
             attempt, sub = begun
@@ -488,6 +497,9 @@ class ZoneTree:
         if answer is None:
             down = outage(outcomes)
             if down:
+                if not attempt.reserved and await self._read(
+                        partial(ledger.lookup, request_id=attempt.request_id)):
+                    raise _Duplicate()  # the id is known: its answer, not an outage
                 await self._give_up(attempt)
                 raise self._unavailable(req, outcomes, down)
             refusal = self._refusal(req, outcomes)
@@ -515,7 +527,7 @@ class ZoneTree:
                 return None
             return ledger.finish(conn, rid, state, body, only_placing=True,
                                  attempt=attempt.token)
-        kept = await self._write(job)
+        kept = await self._write(job, now=True)
         if kept is None:
             raise _Duplicate()
         attempt.reserved = True
@@ -542,12 +554,14 @@ class ZoneTree:
             return only
         return {**only, "zone_summary": await self.summary(own=own)}
 
-    async def _begin(self, req: ScheduleRequest
+    async def _begin(self, req: ScheduleRequest, *, look: bool = True
                      ) -> tuple[Attempt, ScheduleRequest] | dict[str, Any]:
         """(the attempt, the request with its id and deadline), or the answer of
         an earlier request with the same id (waited for while it is at work).
         Reads only: the id is reserved with the attempt's first part (one write,
-        before that part is asked for) or with its answer."""
+        before that part is asked for) or with its answer. Without `look` the
+        ledger is not read: a known id then fails its reservation, and the
+        caller begins again with `look`."""
         now = time.time()
         deadline = now + self.config.request_timeout
         if req.deadline is not None:
@@ -558,7 +572,7 @@ class ZoneTree:
                 f"{self.config.name}: nothing was done", retry_after=0.0)
         rid = req.request_id or f"auto-{uuid.uuid4().hex}"
         wait_until = min(deadline, now + DUPLICATE_WAIT_S)
-        while True:
+        while look:
             entry = await self._read(partial(ledger.lookup, request_id=rid))
             if entry is None:
                 break
@@ -582,7 +596,8 @@ class ZoneTree:
         rid, token = attempt.request_id, attempt.token
         if attempt.reserved:
             if not await self._write(lambda conn: ledger.add_part(conn, rid, child, pid,
-                                                                  consumers, token)):
+                                                                  consumers, token),
+                                     now=True):
                 raise await self._lost(attempt)
             return
 
@@ -591,7 +606,7 @@ class ZoneTree:
                 return False
             ledger.add_part(conn, rid, child, pid, consumers, token)
             return True
-        if not await self._write(job):
+        if not await self._write(job, now=True):
             raise _Duplicate()
         attempt.reserved = True
 

@@ -4,6 +4,7 @@ that does not (submit, run by the writer thread)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from strato.store.db import Database
+from strato.store.raw import Raw
 
 ROWS = sa.table("t", sa.column("k", sa.Integer))
 
@@ -126,3 +128,50 @@ def test_submit_answers_on_either_backend(database: Database) -> None:
     with pytest.raises(ValueError, match="job -5 fails"):
         failed.result(30)
     assert stored(database) == set(range(20))
+
+
+def raw_insert(k: int) -> Callable[[Connection], int]:
+    """A job on the connection's cursor only, as `write_now` needs."""
+    def job(conn: Connection) -> int:
+        if k < 0:
+            raise ValueError(f"job {k} fails")
+        raw = Raw(conn)
+        try:
+            raw.run("INSERT INTO t (k) VALUES (?)", (k,))
+        finally:
+            raw.close()
+        return k
+    return job
+
+
+def test_write_now_runs_a_small_job_at_once_when_nobody_writes(db: Database) -> None:
+    assert db.write_now(raw_insert(1)) == (True, 1)
+    assert db.write_now(raw_insert(2)) == (True, 2)
+    assert stored(db) == {1, 2}
+    with pytest.raises(ValueError):
+        db.write_now(raw_insert(-1))
+    assert db.write_now(raw_insert(3)) == (True, 3)  # the failed one rolled back
+    assert stored(db) == {1, 2, 3}
+    # The batcher still works beside it.
+    assert asyncio.run(_awaited(db, insert(4))) == 4
+    assert stored(db) == {1, 2, 3, 4}
+
+
+async def _awaited(db: Database, job: Callable[[Connection], int]) -> int:
+    return await asyncio.wrap_future(db.submit(job))
+
+
+def test_write_now_never_waits_for_another_writer(db: Database, tmp_path: Path) -> None:
+    # Another process holds the database's write lock: no wait, nothing done.
+    other = sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    t0 = time.perf_counter()
+    assert db.write_now(raw_insert(1)) == (False, None)
+    assert time.perf_counter() - t0 < 1.0
+    other.execute("ROLLBACK")
+    other.close()
+    # This process's own writer is busy: left to the group commit.
+    with db._sqlite_write_lock:
+        assert db.write_now(raw_insert(1)) == (False, None)
+    assert stored(db) == set()
+    assert db.write_now(raw_insert(1)) == (True, 1)
