@@ -498,7 +498,7 @@ class ZoneTree:
             down = outage(outcomes)
             if down:
                 if not attempt.reserved and await self._read(
-                        partial(ledger.lookup, request_id=attempt.request_id)):
+                        partial(ledger.lookup, request_id=attempt.request_id)) is not None:
                     raise _Duplicate()  # the id is known: its answer, not an outage
                 await self._give_up(attempt)
                 raise self._unavailable(req, outcomes, down)
