@@ -282,7 +282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--run-seconds", type=float, default=60.0, help="cap per run")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--json", default="benchmarks/results/tree.json")
+    ap.add_argument("--sqlite-synchronous", choices=("FULL", "NORMAL"), default=None,
+                    help="the HTTP zones' durability (strato serve --sqlite-synchronous); "
+                    "default: theirs (FULL)")
     args = ap.parse_args(argv)
+    if args.sqlite_synchronous:
+        os.environ["STRATO_SQLITE_SYNCHRONOUS"] = args.sqlite_synchronous
     if args.quick:
         args.regions, args.cells, args.per_cell = 2, 2, 200
         args.requests, args.http_hosts, args.http_requests = 40, 400, 60
@@ -311,6 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "client", results["depth"]))
     doc = {"benchmark": "tree", "when": datetime.now(UTC).isoformat(timespec="seconds"),
            "argv": sys.argv[1:], "cores": os.cpu_count(),
+           "sqlite_synchronous": args.sqlite_synchronous or "FULL",
            "load_average_before": [round(x, 1) for x in load_before],
            "load_average_after": [round(x, 1) for x in os.getloadavg()], **results}
     path = Path(args.json)

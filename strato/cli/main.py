@@ -102,6 +102,11 @@ def serve(
                                help="Placement's policy defaults: legacy (its default), "
                                "secure (new defaults only) or open (any authenticated "
                                "caller)."),
+    sqlite_synchronous: str = typer.Option(
+        "FULL", envvar="STRATO_SQLITE_SYNCHRONOUS",
+        help="SQLite's durability: FULL (default: every commit is on disk before it is "
+        "answered; survives power loss) or NORMAL (survives a crash of the process, "
+        "not of the machine; no fsync per commit). See docs/operations.md."),
 ) -> None:
     """Run a Strato zone server (a zone of a zone tree, or a standalone one)."""
     import uvicorn
@@ -131,6 +136,11 @@ def serve(
         console.print(f"[red]refusing to listen on {host} without --auth-token[/]: "
                       "development mode (no token) is for loopback only")
         raise typer.Exit(2)
+    sqlite_synchronous = sqlite_synchronous.upper()
+    if sqlite_synchronous not in ("FULL", "NORMAL"):
+        console.print(f"[red]invalid --sqlite-synchronous[/]: {sqlite_synchronous} "
+                      "(FULL or NORMAL)")
+        raise typer.Exit(2)
     if workers > 1 and url.startswith("sqlite"):
         console.print("[red]--workers > 1 needs PostgreSQL[/]")
         raise typer.Exit(2)
@@ -148,7 +158,8 @@ def serve(
                         child_timeout=child_timeout, request_timeout=request_timeout,
                         hold_ttl=hold_ttl, schedule_concurrency=schedule_concurrency,
                         cors_allowed_origins=tuple(cors_allowed_origin),
-                        cors_allow_headers=tuple(cors_allow_header), policy=policy)
+                        cors_allow_headers=tuple(cors_allow_header), policy=policy,
+                        sqlite_synchronous=sqlite_synchronous)
     # Migrate once, before workers start, so they do not race on it.
     from strato.store.migrate import upgrade
     database = Database(url)
