@@ -44,30 +44,35 @@ POOL = "~pool"
 POOL_DONE = "~pool-done"
 
 
-class Router(Protocol):
+class Caller(Protocol):
+    """What sending claim messages to children needs of the zone tree."""
+
+    config: Any
+
+    async def child(self, name: str) -> Child | None: ...
+
+    async def call_claim(self, child: Child, route: str, body: dict[str, Any],
+                         consumers: Sequence[str], deadline: float) -> Any: ...
+
+    def health_of(self, name: str) -> Health: ...
+
+
+class Router(Caller, Protocol):
     """What the split needs of the zone tree (zone/tree.py's ZoneTree)."""
 
     db: Database
     local: Any
-    config: Any
 
     @property
     def cache(self) -> Mapping[str, Any]: ...
 
     async def children(self) -> list[Child]: ...
 
-    async def child(self, name: str) -> Child | None: ...
-
     async def decide_children(self, req: ScheduleRequest, attempt: Attempt,
                               outcomes: list[Outcome]) -> dict[str, Any] | None: ...
 
-    async def call_claim(self, child: Child, route: str, body: dict[str, Any],
-                         consumers: Sequence[str], deadline: float) -> Any: ...
-
     async def undo(self, request_id: str, *, placed: bool,
                    attempt: str | None = None) -> Any: ...
-
-    def health_of(self, name: str) -> Health: ...
 
     async def record_part(self, attempt: Attempt, child: str, pid: str,
                           consumers: Sequence[str]) -> None: ...
@@ -179,20 +184,7 @@ async def finish(tree: Router, consumers: list[str], parts: list[dict[str, Any]]
     the request must then remove its allocations, not only its holds."""
     gone = False
     for part in parts:
-        answered = False
-        for n in range(CONFIRM_ATTEMPTS):
-            status = await _remote(tree, part, "confirm")
-            if status in (200, 404):
-                answered, gone = True, gone or status == 404
-                break
-            if deadline is not None and time.time() >= deadline:
-                break  # out of time: no more tries
-            await asyncio.sleep(min(2.0, 0.1 * 2 ** n))
-        if not answered:
-            log.warning("confirm of %s not answered; the placement is undone", part)
-            raise errors.ServiceUnavailable(
-                "a zone holding part of this placement did not answer its confirmation: "
-                "what was held is being undone; nothing stays placed: retry")
+        gone = await confirm_part(tree, part, deadline) == 404 or gone
     if gone:
         await undo_parts(tree, consumers, parts)
         return False
@@ -210,13 +202,29 @@ async def finish(tree: Router, consumers: list[str], parts: list[dict[str, Any]]
     return await run_in_threadpool(done)
 
 
+async def confirm_part(tree: Caller, part: dict[str, Any], deadline: float | None) -> int:
+    """Confirm one held part (tried again while there is time): 200, or 404 if
+    its hold had expired. Raises ServiceUnavailable if it never answers."""
+    for n in range(CONFIRM_ATTEMPTS):
+        status = await _remote(tree, part, "confirm")
+        if status in (200, 404):
+            return status
+        if deadline is not None and time.time() >= deadline:
+            break  # out of time: no more tries
+        await asyncio.sleep(min(2.0, 0.1 * 2 ** n))
+    log.warning("confirm of %s not answered; the placement is undone", part)
+    raise errors.ServiceUnavailable(
+        "a zone holding part of this placement did not answer its confirmation: "
+        "what was held is being undone; nothing stays placed: retry")
+
+
 async def undo_parts(tree: Router, consumers: list[str], parts: list[dict[str, Any]]
                      ) -> None:
     await asyncio.gather(*(_remote(tree, part, "release") for part in parts))
     await run_in_threadpool(_release_local, tree, consumers)
 
 
-async def _remote(tree: Router, part: dict[str, Any], action: str) -> int:
+async def _remote(tree: Caller, part: dict[str, Any], action: str) -> int:
     child = await tree.child(part["child"])
     if child is None:
         return 404

@@ -51,7 +51,7 @@ from strato.store.children import Child
 from strato.store.db import Database
 from strato.store.ledger import State
 from strato.store.util import utcnow
-from strato.zone import protocol, shared
+from strato.zone import protocol, shared, split
 from strato.zone import summary as summaries
 from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_id
 from strato.zone.failures import FailureMemory, Refusal, shape_of
@@ -540,6 +540,10 @@ class ZoneTree:
     async def _schedule_here(self, req: ScheduleRequest) -> dict[str, Any]:
         """A zone without children: its own providers (the store's claim
         transaction reserves the request id)."""
+        req, relaxed = split.in_one_zone(req)
+        if relaxed:
+            answer = await self._schedule_here(req)
+            return {**answer, "relaxed": [*relaxed, *answer.get("relaxed", [])]}
         try:
             if self.local.plans_inline:
                 only = await self.local.schedule_with_summary_async(req)
@@ -637,11 +641,12 @@ class ZoneTree:
         answer = None
         if attempt is not None and shared.shared_classes(self, req):
             answer = await shared.schedule_split(self, req, attempt, outcomes)
-        if answer is None:
+        divide = split.must_split(req, kids)
+        if answer is None and not divide:
             answer = await self._decide(req, kids, outcomes, attempt)
         pruned = [c for c in kids if any(o.zone == c.name and o.outcome == Result.PRUNED
                                          for o in outcomes)]
-        if answer is None and pruned:
+        if answer is None and pruned and not divide:
             # Summaries are hints and may be stale: before giving up, look again
             # at the children they pruned (widen), with fresh summaries.
             wait = min(self.config.child_timeout,
@@ -650,7 +655,31 @@ class ZoneTree:
             retry: list[Outcome] = []
             answer = await self._decide(req, pruned, retry, attempt, local=False)
             outcomes = [o for o in outcomes if o.outcome != Result.PRUNED] + retry
+        if answer is None and len(req.consumers) > 1 and not outage(outcomes):
+            # No child takes it whole: divide it among several (zone/split.py).
+            answer = await split.schedule_across(self, req, kids, outcomes, attempt)
+        elif answer is not None and not req.atomic and answer.get("unplaced"):
+            answer = await self._place_rest(req, kids, answer, outcomes, attempt)
         return answer, outcomes
+
+    async def _place_rest(self, req: ScheduleRequest, kids: Sequence[Child],
+                          answer: dict[str, Any], outcomes: list[Outcome],
+                          attempt: Attempt | None) -> dict[str, Any]:
+        """atomic=false: what one child left unplaced, asked of the others."""
+        took = {str(p["zone"]).split("/")[1] for p in answer["placements"]
+                if "/" in str(p["zone"])}
+        others = [c for c in kids if c.name not in took]
+        rest = req.model_copy(update={"consumers": list(answer["unplaced"])})
+        if not others:
+            return answer
+        more = await self._decide(rest, others, outcomes, attempt, local=False)
+        if more is None and len(rest.consumers) > 1:
+            more = await split.schedule_across(self, rest, others, outcomes, attempt)
+        if more is None:
+            return answer
+        if more.get("unplaced") and len(more["placements"]):
+            more = await self._place_rest(rest, others, more, outcomes, attempt)
+        return split.combine(answer, more)
 
     async def _refresh_due(self, kids: Sequence[Child]) -> None:
         """Fetch due summaries in the background; a request waits only for
@@ -771,6 +800,24 @@ class ZoneTree:
         await self.record_part(attempt, child, pid, req.consumers)
         return pid
 
+    async def ask(self, child: Child, req: ScheduleRequest, attempt: Attempt | None,
+                  share: float = 1.0) -> dict[str, Any] | Outcome:
+        """One schedule call to a child (see `_ask`), for zone/split.py."""
+        return await self._ask(child, req, attempt, share)
+
+    def prefixed(self, answer: dict[str, Any], child: str) -> dict[str, Any]:
+        return self._prefixed(answer, child)
+
+    async def reserve(self, attempt: Attempt) -> None:
+        """Reserve the attempt's id now (before parts are asked for at once);
+        raises _Duplicate if another request has it."""
+        if attempt.reserved:
+            return
+        if not await self._write(lambda conn: ledger.reserve(
+                conn, attempt.request_id, attempt.deadline, attempt.token), now=True):
+            raise _Duplicate()
+        attempt.reserved = True
+
     async def _ask(self, child: Child, req: ScheduleRequest, attempt: Attempt | None,
                    share: float = 1.0) -> dict[str, Any] | Outcome:
         """One schedule call to a child: its answer, or why it failed. `share`:
@@ -783,8 +830,9 @@ class ZoneTree:
         if budget <= 0.01:
             return Outcome(child.name, Result.TIMEOUT, "not asked: the request's time ran out")
         pid = await self._record(attempt, child.name, req)
-        body = req.model_copy(update={"hops": req.hops + 1, "request_id": pid,
-                                      "deadline": deadline if attempt else req.deadline})
+        body = split.for_child(req).model_copy(update={
+            "hops": req.hops + 1, "request_id": pid,
+            "deadline": deadline if attempt else req.deadline})
         try:
             # A little past the child's deadline: an answer it gives at its
             # deadline still arrives.

@@ -1,0 +1,366 @@
+"""One schedule request divided among several child zones.
+
+A routing zone first hands a request whole to its most promising child
+(``ZoneTree._delegate``). A request for several instances is divided when no
+child can take it whole, or at once when an anti-affinity rule reaches above
+a child: its level is one at which every child lies in a single domain (the
+site of a child whose location prefix is ``dfw``, or the level ``zone``, where
+each child zone is its own domain), so no one child may take two instances.
+
+1. **Plan.** The children that could take one instance (static metadata,
+   summary, health) are asked, in parallel, for a dry run of the whole
+   request with ``atomic: false``: how many instances each could take.
+2. **Assign.** Each child gets a share, the biggest first, with no domain
+   over its cap: one instance per domain for anti-affinity, one domain for
+   affinity (the one with the most room). A soft rule that leaves instances
+   out is relaxed (reported in ``relaxed``), a hard one is not.
+3. **Claim.** Each share is asked of its child under a part id recorded in
+   the request ledger first. A request that is ``atomic`` and divided over
+   two or more children is a gang: every share is *held* (``hold_ttl``), and
+   confirmed only once all are held. A share refused, a hold expired, a
+   child that does not answer: every part of the attempt is cancelled by its
+   part id, and the request is refused (or 503 if part of the tree could not
+   be asked). A crash of this zone leaves holds that expire by themselves, or
+   (mid-confirm) parts that recovery cancels when the request's deadline
+   passes. ``atomic: false`` places what fits and lists the rest in
+   ``unplaced``.
+4. **Answer.** The placements of every share, with zone paths from here.
+
+Not divided (yet): a request that needs this zone's sharing pools, or this
+zone's own providers (only children take shares).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec
+from strato.store.children import Child
+from strato.zone import shared
+from strato.zone.attempt import Attempt, Health, Outcome, Result
+from strato.zone.prune import predicted_fit, prune_reason
+from strato.zone.scheduler import NoValidPlacement
+
+# The level at which each child zone is its own domain.
+ZONE_LEVEL = "zone"
+# Of the time left, what the plan's dry runs may use (the claim and the
+# confirmations need the rest).
+PLAN_SHARE = 0.4
+CLAIM_SHARE = 0.6
+
+
+class Splitter(shared.Caller, Protocol):
+    """What a split needs of the zone tree (zone/tree.py's ZoneTree)."""
+
+    @property
+    def cache(self) -> Mapping[str, Any]: ...
+
+    def health_of(self, name: str) -> Health: ...
+
+    async def ask(self, child: Child, req: ScheduleRequest, attempt: Attempt | None,
+                  share: float = 1.0) -> dict[str, Any] | Outcome: ...
+
+    def prefixed(self, answer: dict[str, Any], child: str) -> dict[str, Any]: ...
+
+    async def reserve(self, attempt: Attempt) -> None: ...
+
+    async def undo(self, request_id: str, *, placed: bool,
+                   attempt: str | None = None) -> Any: ...
+
+
+def domain(child: Child, level: str, levels: Sequence[str] = DEFAULT_LEVELS) -> str | None:
+    """The one domain at `level` that all of `child` lies in, or None when it may
+    span several (its location prefix does not reach that deep)."""
+    if level == ZONE_LEVEL:
+        return child.name
+    if level not in levels or not child.location_prefix:
+        return None
+    segs = child.location_prefix.strip("/").split("/")
+    depth = list(levels).index(level) + 1
+    return "/".join(segs[:depth]) if len(segs) >= depth else None
+
+
+def wide_rules(req: ScheduleRequest, kids: Sequence[Child]
+               ) -> list[tuple[int, SpreadRuleSpec]]:
+    """The request's spread rules at a level where every child is one domain."""
+    if not kids:
+        return []
+    return [(i, c) for i, c in enumerate(req.constraints)
+            if isinstance(c, SpreadRuleSpec)
+            and all(domain(k, c.level) is not None for k in kids)]
+
+
+def must_split(req: ScheduleRequest, kids: Sequence[Child]) -> bool:
+    """An anti-affinity rule above the children: no child may take two instances
+    (a soft one: should not), so the request is divided from the start."""
+    return len(req.consumers) > 1 and any(
+        r.type == "anti_affinity" for _, r in wide_rules(req, kids))
+
+
+def for_child(req: ScheduleRequest) -> ScheduleRequest:
+    """`req` without the rules a child cannot check: those at level `zone` (a
+    child is one zone; the zone that divides the request keeps them)."""
+    keep = [c for c in req.constraints
+            if not (isinstance(c, SpreadRuleSpec) and c.level == ZONE_LEVEL)]
+    if len(keep) == len(req.constraints):
+        return req
+    return req.model_copy(update={"constraints": keep})
+
+
+def in_one_zone(req: ScheduleRequest) -> tuple[ScheduleRequest, list[dict[str, Any]]]:
+    """At a zone without children, rules at level `zone` are about this zone
+    alone: affinity holds, anti-affinity holds for one instance. (the request
+    without them, the soft ones relaxed); raises NoValidPlacement for a hard
+    anti-affinity rule over several instances."""
+    relaxed = []
+    for i, c in enumerate(req.constraints):
+        if (isinstance(c, SpreadRuleSpec) and c.level == ZONE_LEVEL
+                and c.type == "anti_affinity" and len(req.consumers) > 1):
+            if c.hard:
+                raise NoValidPlacement(
+                    f"no valid placement for {len(req.consumers)} consumer(s): hard "
+                    "anti_affinity at level zone allows one instance per zone, and this "
+                    "zone has no child zones",
+                    {"summary": "anti_affinity at level zone: one instance per zone"})
+            relaxed.append(_relaxed(i, c, req))
+    return for_child(req), relaxed
+
+
+def _relaxed(i: int, rule: SpreadRuleSpec, req: ScheduleRequest) -> dict[str, Any]:
+    return {"index": i, "type": rule.type, "weight": rule.weight,
+            "rule": f"{rule.type} {rule.group or req.group}@{rule.level}"}
+
+
+def _candidates(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
+                outcomes: list[Outcome]) -> list[Child]:
+    """Children that could take one instance, most promising first."""
+    one = req.model_copy(update={"consumers": req.consumers[:1], "atomic": True})
+    scored: list[tuple[float, str, Child]] = []
+    for k in kids:
+        if not tree.health_of(k.name).due():
+            continue  # its outcome is already among the whole request's
+        cached = tree.cache.get(k.name)
+        body = cached.body if cached is not None else None
+        if prune_reason(one, body, k.location_prefix, k.tags) is not None:
+            continue
+        scored.append((predicted_fit(one, body) if body else 0.0, k.name, k))
+    scored.sort(key=lambda t: (-t[0], t[1]))
+    return [k for _, _, k in scored][: max(1, int(tree.config.fanout))]
+
+
+async def _plan(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
+                outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
+    """Each child's dry run of the whole request with atomic=false."""
+    dry = for_child(req).model_copy(update={"dry_run": True, "atomic": False,
+                                            "request_id": None, "explain": False,
+                                            "hold_ttl": None})
+    got = await asyncio.gather(*(tree.ask(k, dry, None, PLAN_SHARE) for k in kids))
+    plans: dict[str, dict[str, Any]] = {}
+    for k, answer in zip(kids, got, strict=True):
+        if isinstance(answer, Outcome):
+            outcomes.append(answer)
+        elif answer.get("placements"):
+            plans[k.name] = answer
+        else:
+            outcomes.append(Outcome(k.name, Result.NO_VALID_PLACEMENT,
+                                    "split: it could take none of the instances"))
+    return plans
+
+
+def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
+           wide: Sequence[tuple[int, SpreadRuleSpec]]
+           ) -> tuple[list[tuple[Child, int]], list[dict[str, Any]]]:
+    """(each child's number of instances, the soft rules relaxed): biggest first,
+    within the caps of the spread rules above the children."""
+    n = len(req.consumers)
+    order = sorted(counts, key=lambda t: (-t[1], t[0].name))
+    relaxed: list[dict[str, Any]] = []
+    for i, r in wide:
+        if r.type != "affinity":
+            continue
+        room: Counter[str] = Counter()
+        for k, cnt in order:
+            room[domain(k, r.level) or k.name] += cnt
+        if not room:
+            break
+        best = max(room, key=lambda d: (room[d], d))
+        if room[best] >= n or r.hard:
+            order = [(k, c) for k, c in order if (domain(k, r.level) or k.name) == best]
+        else:
+            relaxed.append(_relaxed(i, r, req))
+    anti = [(i, r) for i, r in wide if r.type == "anti_affinity"]
+
+    def fill(caps: Sequence[tuple[int, SpreadRuleSpec]]) -> list[tuple[Child, int]]:
+        used: Counter[tuple[int, str]] = Counter()
+        out: list[tuple[Child, int]] = []
+        left = n
+        for k, cnt in order:
+            take = min(cnt, left)
+            for i, r in caps:
+                take = min(take, 1 - used[(i, domain(k, r.level) or k.name)])
+            if take <= 0:
+                continue
+            for i, r in caps:
+                used[(i, domain(k, r.level) or k.name)] += take
+            out.append((k, take))
+            left -= take
+            if not left:
+                break
+        return out
+
+    def balance(caps: Sequence[tuple[int, SpreadRuleSpec]],
+                even: Sequence[tuple[int, SpreadRuleSpec]]) -> list[tuple[Child, int]]:
+        """One instance at a time to the child whose `even` domains hold the
+        fewest so far (a relaxed soft rule still spreads as far as it can)."""
+        used: Counter[tuple[int, str]] = Counter()
+        took: Counter[str] = Counter()
+        room = {k.name: cnt for k, cnt in order}
+        for _ in range(n):
+            best = None
+            for k, _cnt in order:
+                if took[k.name] >= room[k.name] or any(
+                        used[(i, domain(k, r.level) or k.name)] >= 1 for i, r in caps):
+                    continue
+                key = (sum(used[(i, domain(k, r.level) or k.name)] for i, r in even),
+                       took[k.name])
+                if best is None or key < best[0]:
+                    best = (key, k)
+            if best is None:
+                break
+            k = best[1]
+            took[k.name] += 1
+            for i, r in [*caps, *even]:
+                used[(i, domain(k, r.level) or k.name)] += 1
+        return [(k, took[k.name]) for k, _ in order if took[k.name]]
+
+    shares = fill(anti)
+    soft = [(i, r) for i, r in anti if not r.hard]
+    if sum(c for _, c in shares) < n and soft:
+        shares = balance([(i, r) for i, r in anti if r.hard], soft)
+        relaxed += [_relaxed(i, r, req) for i, r in soft]
+    return shares, relaxed
+
+
+async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
+                          outcomes: list[Outcome], attempt: Attempt | None
+                          ) -> dict[str, Any] | None:
+    """`req` divided among the children (see the module's doc); None if it does
+    not apply or nothing (atomic: not everything) fits."""
+    n = len(req.consumers)
+    if n < 2:
+        return None
+    cands = _candidates(tree, req, kids, outcomes)
+    if not cands:
+        return None
+    plans = await _plan(tree, req, cands, outcomes)
+    by_name = {k.name: k for k in cands}
+    counts = [(by_name[name], len(p["placements"])) for name, p in plans.items()]
+    shares, relaxed = assign(req, counts, wide_rules(req, kids))
+    total = sum(c for _, c in shares)
+    if not total or (req.atomic and total < n):
+        took = ", ".join(f"{k.name}: {c}" for k, c in shares) or "none"
+        outcomes.append(Outcome("", Result.NO_VALID_PLACEMENT,
+                                f"split: the children could take {total} of {n} "
+                                f"instance(s) together ({took})"))
+        return None
+    consumers = list(req.consumers)
+    split: list[tuple[Child, list[str]]] = []
+    for k, c in shares:
+        split.append((k, consumers[:c]))
+        consumers = consumers[c:]
+    if req.dry_run or attempt is None:
+        return _merge(tree, req, [(k, _dry_share(plans[k.name], cs)) for k, cs in split],
+                      consumers, relaxed)
+    return await _claim(tree, req, split, consumers, relaxed, outcomes, attempt)
+
+
+def _dry_share(plan: dict[str, Any], consumers: list[str]) -> dict[str, Any]:
+    """A child's dry-run plan cut to its share, renamed to the share's consumers."""
+    picked = plan["placements"][: len(consumers)]
+    return {**plan, "placements": [{**p, "consumer_uuid": c}
+                                   for p, c in zip(picked, consumers, strict=True)],
+            "unplaced": []}
+
+
+async def _claim(tree: Splitter, req: ScheduleRequest, split: list[tuple[Child, list[str]]],
+                 unassigned: list[str], relaxed: list[dict[str, Any]],
+                 outcomes: list[Outcome], attempt: Attempt) -> dict[str, Any] | None:
+    gang = req.atomic and len(split) > 1
+    # A share of a share (this zone is itself held by a parent's gang) is held
+    # too, and its parent confirms it; a gang of this zone's, this zone does.
+    hold = req.hold_ttl if req.hold_ttl is not None else (
+        tree.config.hold_ttl if gang else None)
+    base = for_child(req).model_copy(update={"hold_ttl": hold, "dry_run": False,
+                                             "explain": False})
+    # The id is reserved before the shares are asked at once (each records
+    # its part under it).
+    await tree.reserve(attempt)
+    got = await asyncio.gather(*(
+        tree.ask(k, base.model_copy(update={"consumers": cs}), attempt, CLAIM_SHARE)
+        for k, cs in split))
+    answers: list[tuple[Child, dict[str, Any]]] = []
+    failed: list[str] = []
+    for (k, cs), answer in zip(split, got, strict=True):
+        if isinstance(answer, Outcome):
+            outcomes.append(answer)
+            failed += cs
+        else:
+            answers.append((k, answer))
+    if req.atomic and failed:
+        await tree.undo(attempt.request_id, placed=False, attempt=attempt.token)
+        outcomes.append(Outcome("", Result.CONFLICT,
+                                f"split: {len(failed)} of {len(req.consumers)} instance(s) "
+                                "were not placed where planned; every share was released"))
+        return None
+    merged = _merge(tree, req, answers, [*unassigned, *failed], relaxed)
+    if gang and req.hold_ttl is None and (
+            attempt.remaining() <= 0 or not await _confirm(tree, merged, attempt)):
+        await tree.undo(attempt.request_id, placed=False, attempt=attempt.token)
+        outcomes.append(Outcome("", Result.CONFLICT, "split: a held share expired "
+                                "before it was confirmed; every share was released"))
+        return None
+    return merged
+
+
+async def _confirm(tree: Splitter, merged: dict[str, Any], attempt: Attempt) -> bool:
+    """Confirm every held share: False if one had expired (404). A child that
+    does not answer raises ServiceUnavailable (the attempt is undone)."""
+    parts = shared.remote_parts(merged)
+    gone = False
+    for part in parts:
+        status = await shared.confirm_part(tree, part, attempt.deadline)
+        gone = gone or status == 404
+    return not gone
+
+
+def _merge(tree: Splitter, req: ScheduleRequest, answers: Sequence[tuple[Child, dict[str, Any]]],
+           unplaced: list[str], relaxed: list[dict[str, Any]]) -> dict[str, Any]:
+    placements: list[dict[str, Any]] = []
+    seen_rules = {r["index"] for r in relaxed}
+    rules = list(relaxed)
+    retries = 0
+    left = list(unplaced)
+    for k, answer in answers:
+        placements += tree.prefixed(answer, k.name)["placements"]
+        left += answer.get("unplaced", [])
+        retries += int(answer.get("retries", 0))
+        for r in answer.get("relaxed", []):
+            if r.get("index") not in seen_rules:
+                seen_rules.add(r.get("index"))
+                rules.append(r)
+    return {"placements": placements, "relaxed": rules, "retries": retries,
+            "dry_run": req.dry_run, "request_id": req.request_id, "unplaced": left}
+
+
+
+def combine(first: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """atomic=false: a first answer and the answer for what it left unplaced."""
+    seen = {r.get("index") for r in first.get("relaxed", [])}
+    return {**first, "placements": [*first["placements"], *more["placements"]],
+            "unplaced": list(more.get("unplaced", [])),
+            "retries": int(first.get("retries", 0)) + int(more.get("retries", 0)),
+            "relaxed": [*first.get("relaxed", []),
+                        *(r for r in more.get("relaxed", []) if r.get("index") not in seen)]}
