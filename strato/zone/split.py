@@ -70,6 +70,9 @@ class Splitter(shared.Caller, Protocol):
     async def undo(self, request_id: str, *, placed: bool,
                    attempt: str | None = None) -> Any: ...
 
+    async def refresh(self, kids: Sequence[Child] | None = None, *, fresh: bool = False,
+                      wait: float | None = None) -> None: ...
+
 
 def domain(child: Child, level: str, levels: Sequence[str] = DEFAULT_LEVELS) -> str | None:
     """The one domain at `level` that all of `child` lies in, or None when it may
@@ -141,10 +144,14 @@ def _candidates(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
     scored: list[tuple[float, str, Child]] = []
     for k in kids:
         if not tree.health_of(k.name).due():
-            continue  # its outcome is already among the whole request's
+            outcomes.append(Outcome(k.name, Result.UNHEALTHY,
+                                    "split: skipped, failed recently (probe not due)"))
+            continue
         cached = tree.cache.get(k.name)
         body = cached.body if cached is not None else None
-        if prune_reason(one, body, k.location_prefix, k.tags) is not None:
+        why = prune_reason(one, body, k.location_prefix, k.tags)
+        if why is not None:
+            outcomes.append(Outcome(k.name, Result.PRUNED, f"split: {why}"))
             continue
         scored.append((predicted_fit(one, body) if body else 0.0, k.name, k))
     scored.sort(key=lambda t: (-t[0], t[1]))
@@ -252,7 +259,18 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     n = len(req.consumers)
     if n < 2:
         return None
-    cands = _candidates(tree, req, kids, outcomes)
+    first: list[Outcome] = []
+    cands = _candidates(tree, req, kids, first)
+    pruned = {o.zone for o in first if o.outcome == Result.PRUNED}
+    if pruned:
+        # Summaries are hints: look again at those they ruled out.
+        wait = min(tree.config.child_timeout,
+                   attempt.remaining() * 0.25 if attempt else tree.config.child_timeout)
+        await tree.refresh([k for k in kids if k.name in pruned], fresh=True,
+                           wait=max(0.0, wait))
+        first = []
+        cands = _candidates(tree, req, kids, first)
+    outcomes += first
     if not cands:
         return None
     plans = await _plan(tree, req, cands, outcomes)
