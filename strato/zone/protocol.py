@@ -290,6 +290,38 @@ class CancelAnswer(_Message):
     deferred: list[Name] = Field(default_factory=list, max_length=MAX_CHILDREN)
 
 
+# -- server groups -------------------------------------------------------------------------
+
+class GroupMember(_Message):
+    consumer: Name
+    location: Annotated[str, Field(max_length=MAX_NAME)] | None = None
+    zone: Annotated[str, Field(max_length=4 * MAX_NAME)]
+
+    @field_validator("consumer")
+    @classmethod
+    def _consumer(cls, v: str) -> str:
+        return _check_uuid(v, "consumer")
+
+
+class GroupMembers(_Message):
+    """GET /strato/v1/groups/{name} answered 200: the group's members below."""
+
+    group: Name
+    members: list[GroupMember] = Field(max_length=MAX_CONSUMERS * 10)
+    unreachable: list[Name] = Field(default_factory=list, max_length=MAX_CHILDREN)
+
+
+def read_group_members(group: str, zone: str, body: Any) -> dict[str, Any]:
+    """A child's members of `group`; every zone path starts with the child's name."""
+    answer = _parse(GroupMembers, body, "group members")
+    if answer.group != group:
+        raise Faulty(f"group members: group {answer.group[:40]!r}, not {group[:40]!r}")
+    for i, m in enumerate(answer.members):
+        if m.zone.split("/")[0] != zone:
+            raise Faulty(f"group members: members.{i}.zone does not start with {zone!r}")
+    return _dump(answer)
+
+
 # -- errors and registration --------------------------------------------------------------
 
 class ErrorItem(_Message):

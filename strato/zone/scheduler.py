@@ -37,6 +37,7 @@ from strato.model import errors
 from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec, TagsRule
 from strato.store import groups as group_store
 from strato.store import ledger, provisional
+from strato.store import meta as meta_store
 from strato.store.allocations import ConsumerClaim, claim
 from strato.zone.summary import own_summary
 
@@ -285,6 +286,23 @@ class LocalScheduler:
             return {"placements": [], "relaxed": [], "retries": 0, "dry_run": True,
                     "request_id": None, "unplaced": list(req.consumers),
                     "explain": exc.explain, "detail": exc.detail}
+
+    def group_members(self, group: str) -> list[dict[str, Any]]:
+        """Members of server group `group` placed on this zone's own providers,
+        with where they are: [{"consumer", "location"}] (location: the host's
+        effective location, else this zone's prefix; None if neither)."""
+        with self.db.read() as conn:
+            roots = group_store.member_roots(conn, group)
+            where: dict[str, str | None] = {}
+            for root in {r for rs in roots.values() for r in rs}:
+                try:
+                    where[root] = meta_store.get_meta(conn, root).location
+                except errors.NotFound:
+                    where[root] = None
+        zl = self.hosts.zone_location
+        prefix = "/".join(zl) if zl else None
+        return [{"consumer": c, "location": where.get(r) or prefix}
+                for c, rs in sorted(roots.items()) for r in sorted(rs)]
 
     def summary(self) -> dict[str, Any]:
         """This zone's own providers as one pool (see zone/summary.py)."""

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec
@@ -132,6 +133,132 @@ def in_one_zone(req: ScheduleRequest) -> tuple[ScheduleRequest, list[dict[str, A
     return for_child(req), relaxed
 
 
+# -- server groups across zones ---------------------------------------------------------
+
+# Members per wide rule (its index in the request) and domain at its level.
+Occupancy = dict[int, Counter[str]]
+
+
+def rule_groups(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSpec]]
+                ) -> list[str]:
+    return sorted({g for _, r in wide if (g := r.group or req.group) is not None})
+
+
+def member_domain(member: Mapping[str, Any], level: str, kids: Mapping[str, Child],
+                  levels: Sequence[str] = DEFAULT_LEVELS) -> str | None:
+    """The domain at `level` of a member (zone path from the zone that asked)."""
+    segs = str(member.get("zone", "")).split("/")
+    below = kids.get(segs[1]) if len(segs) > 1 else None
+    if level == ZONE_LEVEL:
+        return segs[1] if len(segs) > 1 else segs[0]
+    if level in levels and member.get("location"):
+        loc = str(member["location"]).strip("/").split("/")
+        depth = list(levels).index(level) + 1
+        if len(loc) >= depth:
+            return "/".join(loc[:depth])
+    return domain(below, level) if below is not None else None
+
+
+def occupancy(req: ScheduleRequest, kids: Sequence[Child],
+              wide: Sequence[tuple[int, SpreadRuleSpec]],
+              found: Mapping[str, Mapping[str, Any]]) -> tuple[Occupancy, set[str]]:
+    """(members per wide rule and domain, children whose members are unknown)."""
+    by_name = {k.name: k for k in kids}
+    mine = set(req.consumers)
+    occ: Occupancy = {}
+    unknown: set[str] = set()
+    for i, r in wide:
+        g = r.group or req.group
+        answer = found.get(g or "")
+        counts: Counter[str] = Counter()
+        if answer is not None:
+            for m in answer["members"]:
+                if m["consumer"] in mine:
+                    continue  # a retry of this request: not another member
+                d = member_domain(m, r.level, by_name)
+                if d is not None:
+                    counts[d] += 1
+            unknown |= {u.split("/")[0] for u in answer["unreachable"]}
+        occ[i] = counts
+    return occ, unknown
+
+
+def add_placements(occ: Occupancy, req: ScheduleRequest, kids: Sequence[Child],
+                   wide: Sequence[tuple[int, SpreadRuleSpec]],
+                   placements: Sequence[Mapping[str, Any]]) -> None:
+    """Members this request just placed (atomic=false: before placing the rest)."""
+    by_name = {k.name: k for k in kids}
+    for i, r in wide:
+        for p in placements:
+            d = member_domain(p, r.level, by_name)
+            if d is not None:
+                occ.setdefault(i, Counter())[d] += 1
+
+
+def allowed(req: ScheduleRequest, kids: Sequence[Child],
+            wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy, unknown: set[str],
+            outcomes: list[Outcome]) -> list[Child]:
+    """The children where the request's hard rules still allow a member, given
+    where its groups' members already are."""
+    out = []
+    for k in kids:
+        why = None
+        for i, r in wide:
+            if not r.hard:
+                continue
+            d = domain(k, r.level) or k.name
+            g = r.group or req.group
+            if r.type == "anti_affinity":
+                if occ.get(i, Counter())[d] > 0:
+                    why = (Result.PRUNED, f"group {g} already has a member in {r.level} {d} "
+                           "(hard anti_affinity)")
+                elif any(domain(u, r.level) == d for u in kids if u.name in unknown):
+                    why = (Result.UNAVAILABLE, f"group {g}: the members in {r.level} {d} "
+                           "could not be read (a zone did not answer)")
+            elif occ.get(i) and d not in occ[i]:
+                why = (Result.PRUNED, f"group {g} has its members in {r.level} "
+                       f"{', '.join(sorted(occ[i]))} (hard affinity)")
+            if why is not None:
+                break
+        if why is None:
+            out.append(k)
+        else:
+            outcomes.append(Outcome(k.name, why[0], why[1]))
+    return out
+
+
+class GroupLocks:
+    """One request at a time per server group at this zone, while it reads
+    where the group's members are and places new ones (rules above a child
+    are this zone's to keep). Locks go when nobody holds or waits for them."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, names: Sequence[str]) -> AsyncIterator[None]:
+        names = sorted(set(names))
+        for n in names:
+            lock, users = self._locks.get(n, (asyncio.Lock(), 0))
+            self._locks[n] = (lock, users + 1)
+        taken: list[asyncio.Lock] = []
+        try:
+            for n in names:
+                lock = self._locks[n][0]
+                await lock.acquire()
+                taken.append(lock)
+            yield
+        finally:
+            for lock in taken:
+                lock.release()
+            for n in names:
+                lock, users = self._locks[n]
+                if users <= 1:
+                    del self._locks[n]
+                else:
+                    self._locks[n] = (lock, users - 1)
+
+
 def _relaxed(i: int, rule: SpreadRuleSpec, req: ScheduleRequest) -> dict[str, Any]:
     return {"index": i, "type": rule.type, "weight": rule.weight,
             "rule": f"{rule.type} {rule.group or req.group}@{rule.level}"}
@@ -178,7 +305,7 @@ async def _plan(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
 
 
 def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
-           wide: Sequence[tuple[int, SpreadRuleSpec]]
+           wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy | None = None
            ) -> tuple[list[tuple[Child, int]], list[dict[str, Any]]]:
     """(each child's number of instances, the soft rules relaxed): biggest first,
     within the caps of the spread rules above the children."""
@@ -200,8 +327,15 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
             relaxed.append(_relaxed(i, r, req))
     anti = [(i, r) for i, r in wide if r.type == "anti_affinity"]
 
-    def fill(caps: Sequence[tuple[int, SpreadRuleSpec]]) -> list[tuple[Child, int]]:
+    def start() -> Counter[tuple[int, str]]:
         used: Counter[tuple[int, str]] = Counter()
+        for i, counts in (occ or {}).items():
+            for d, c in counts.items():
+                used[(i, d)] += c
+        return used
+
+    def fill(caps: Sequence[tuple[int, SpreadRuleSpec]]) -> list[tuple[Child, int]]:
+        used = start()
         out: list[tuple[Child, int]] = []
         left = n
         for k, cnt in order:
@@ -222,7 +356,7 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
                 even: Sequence[tuple[int, SpreadRuleSpec]]) -> list[tuple[Child, int]]:
         """One instance at a time to the child whose `even` domains hold the
         fewest so far (a relaxed soft rule still spreads as far as it can)."""
-        used: Counter[tuple[int, str]] = Counter()
+        used = start()
         took: Counter[str] = Counter()
         room = {k.name: cnt for k, cnt in order}
         for _ in range(n):
@@ -252,8 +386,8 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
 
 
 async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
-                          outcomes: list[Outcome], attempt: Attempt | None
-                          ) -> dict[str, Any] | None:
+                          outcomes: list[Outcome], attempt: Attempt | None,
+                          occ: Occupancy | None = None) -> dict[str, Any] | None:
     """`req` divided among the children (see the module's doc); None if it does
     not apply or nothing (atomic: not everything) fits."""
     n = len(req.consumers)
@@ -276,7 +410,7 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     plans = await _plan(tree, req, cands, outcomes)
     by_name = {k.name: k for k in cands}
     counts = [(by_name[name], len(p["placements"])) for name, p in plans.items()]
-    shares, relaxed = assign(req, counts, wide_rules(req, kids))
+    shares, relaxed = assign(req, counts, wide_rules(req, kids), occ)
     total = sum(c for _, c in shares)
     if not total or (req.atomic and total < n):
         took = ", ".join(f"{k.name}: {c}" for k, c in shares) or "none"

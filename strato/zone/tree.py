@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
@@ -127,6 +128,7 @@ class ZoneTree:
     _reconciling: asyncio.Lock = field(default_factory=asyncio.Lock)
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _fetching: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    _group_locks: split.GroupLocks = field(default_factory=split.GroupLocks)
     _local_gate: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -407,6 +409,49 @@ class ZoneTree:
                                          f"cancel not delivered: {why}")
         return out
 
+    # -- server groups ---------------------------------------------------------------------
+
+    async def group_members(self, group: str) -> dict[str, Any]:
+        """Where the members of server group `group` are in this zone's subtree:
+        {"group", "members": [{"consumer", "location", "zone"}], "unreachable":
+        [zone paths that could not say]}. Each zone knows the members placed on
+        its own providers (and forgets them when they are released); a parent
+        asks its children."""
+        members: list[dict[str, Any]] = []
+        if await self.has_providers():
+            own = await run_in_threadpool(self.local.group_members, group)
+            members += [{**m, "zone": self.config.name} for m in own]
+        kids = await self.children()
+        got = await asyncio.gather(*(self._child_members(c, group) for c in kids))
+        unreachable: list[str] = []
+        for c, answer in zip(kids, got, strict=True):
+            if answer is None:
+                unreachable.append(c.name)
+                continue
+            members += [{**m, "zone": f"{self.config.name}/{m['zone']}"}
+                        for m in answer["members"]]
+            unreachable += [f"{c.name}/{u}" for u in answer["unreachable"]]
+        return {"group": group, "members": members, "unreachable": unreachable}
+
+    async def _child_members(self, child: Child, group: str) -> dict[str, Any] | None:
+        h = self.health_of(child.name)
+        if not h.due():
+            return None
+        try:
+            reply = await self.transport.call(
+                child.url, "GET", f"/strato/v1/groups/{quote(group, safe='')}",
+                token=child.credential, timeout=self.config.child_timeout)
+        except Unreachable as exc:
+            h.failed(exc.why, faulty=isinstance(exc, Malformed))
+            return None
+        if reply.status != 200:
+            return None  # an older zone, or an error: its members are unknown
+        try:
+            return protocol.read_group_members(group, self._own_name(child), reply.body)
+        except protocol.Faulty as exc:
+            h.failed(f"faulty: {exc.reason}", faulty=True)
+            return None
+
     # -- summary -------------------------------------------------------------------------
 
     async def has_providers(self, *, fresh: bool = False) -> bool:
@@ -636,6 +681,25 @@ class ZoneTree:
     async def _place(self, req: ScheduleRequest, kids: Sequence[Child],
                      attempt: Attempt | None) -> tuple[dict[str, Any] | None, list[Outcome]]:
         """Place `req` here or below: (the answer or None, what each zone said)."""
+        wide = split.wide_rules(req, kids)
+        if not wide:
+            return await self._place_in(req, kids, attempt, None)
+        # Rules above a child are this zone's to keep: one request per group at
+        # a time reads where the group's members are, and places new ones.
+        groups = split.rule_groups(req, wide)
+        async with self._group_locks.hold(groups):
+            found = {}
+            for g in groups:
+                found[g] = await self.group_members(g)
+            occ, unknown = split.occupancy(req, kids, wide, found)
+            first: list[Outcome] = []
+            kids = split.allowed(req, kids, wide, occ, unknown, first)
+            answer, outcomes = await self._place_in(req, kids, attempt, occ)
+            return answer, first + outcomes
+
+    async def _place_in(self, req: ScheduleRequest, kids: Sequence[Child],
+                        attempt: Attempt | None, occ: split.Occupancy | None
+                        ) -> tuple[dict[str, Any] | None, list[Outcome]]:
         await self._refresh_due(kids)
         outcomes: list[Outcome] = []
         answer = None
@@ -657,28 +721,34 @@ class ZoneTree:
             outcomes = [o for o in outcomes if o.outcome != Result.PRUNED] + retry
         if answer is None and len(req.consumers) > 1 and not outage(outcomes):
             # No child takes it whole: divide it among several (zone/split.py).
-            answer = await split.schedule_across(self, req, kids, outcomes, attempt)
+            answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ)
         elif answer is not None and not req.atomic and answer.get("unplaced"):
-            answer = await self._place_rest(req, kids, answer, outcomes, attempt)
+            answer = await self._place_rest(req, kids, answer, outcomes, attempt, occ)
         return answer, outcomes
 
     async def _place_rest(self, req: ScheduleRequest, kids: Sequence[Child],
                           answer: dict[str, Any], outcomes: list[Outcome],
-                          attempt: Attempt | None) -> dict[str, Any]:
+                          attempt: Attempt | None, occ: split.Occupancy | None
+                          ) -> dict[str, Any]:
         """atomic=false: what one child left unplaced, asked of the others."""
         took = {str(p["zone"]).split("/")[1] for p in answer["placements"]
                 if "/" in str(p["zone"])}
         others = [c for c in kids if c.name not in took]
         rest = req.model_copy(update={"consumers": list(answer["unplaced"])})
+        wide = split.wide_rules(req, kids)
+        if occ is not None and wide:
+            # What was just placed counts against the rules, as the members before.
+            split.add_placements(occ, req, kids, wide, answer["placements"])
+            others = split.allowed(req, others, wide, occ, set(), outcomes)
         if not others:
             return answer
         more = await self._decide(rest, others, outcomes, attempt, local=False)
         if more is None and len(rest.consumers) > 1:
-            more = await split.schedule_across(self, rest, others, outcomes, attempt)
+            more = await split.schedule_across(self, rest, others, outcomes, attempt, occ)
         if more is None:
             return answer
         if more.get("unplaced") and len(more["placements"]):
-            more = await self._place_rest(rest, others, more, outcomes, attempt)
+            more = await self._place_rest(rest, others, more, outcomes, attempt, occ)
         return split.combine(answer, more)
 
     async def _refresh_due(self, kids: Sequence[Child]) -> None:

@@ -281,3 +281,83 @@ def test_domains_of_children() -> None:
     assert split.domain(kid("a", None), "site") is None
     assert split.domain(kid("a", None), "zone") == "a"
     assert split.domain(kid("a", "dfw"), "nonsense") is None
+
+
+MID_ZONES = [ZoneSpec("global"), ZoneSpec("s1", parent="global", location_prefix="s1"),
+             ZoneSpec("c1", parent="s1", location_prefix="s1/room1"),
+             ZoneSpec("c2", parent="s1", location_prefix="s1/room2"),
+             ZoneSpec("s2", parent="global", location_prefix="s2"),
+             ZoneSpec("c3", parent="s2", location_prefix="s2/room1")]
+
+
+def test_a_group_member_in_another_cell_of_the_same_site_is_respected(tmp_path: Path
+                                                                       ) -> None:
+    """Site s1 has two cells: a member in c1 rules out c2 as well, for later
+    requests that join the group, and one at a time per group (concurrent
+    joins never put two members in one site)."""
+    async def scenario(tree: InProcessTree) -> None:
+        await zt(tree, "s1").refresh(fresh=True)
+        await zt(tree, "s2").refresh(fresh=True)
+        await zt(tree, "global").refresh(fresh=True)
+        rule = [{"type": "anti_affinity", "level": "site"}]
+        c = tree.client("global")
+        r = await c.post("/strato/v1/schedule", json=req(1, vcpu=1, group="g",
+                                                          constraints=rule))
+        assert r.status_code == 200, r.text
+        first_site = r.json()["placements"][0]["zone"].split("/")[1]
+        members = (await c.get("/strato/v1/groups/g")).json()
+        assert [m["location"].split("/")[0] for m in members["members"]] == [first_site]
+        assert members["unreachable"] == []
+        # The second member goes to the other site, whichever cell is freer.
+        r = await c.post("/strato/v1/schedule", json=req(1, vcpu=1, group="g",
+                                                          constraints=rule))
+        assert r.status_code == 200, r.text
+        assert r.json()["placements"][0]["zone"].split("/")[1] != first_site
+        # A third has no site left: refused, also when asked of s1 directly.
+        r = await c.post("/strato/v1/schedule", json=req(1, vcpu=1, group="g",
+                                                          constraints=rule))
+        assert r.status_code == 409, r.text
+        r = await tree.client("s1").post("/strato/v1/schedule", json=req(
+            1, vcpu=1, group="g", constraints=rule))
+        assert r.status_code == 409, r.text
+        # Concurrent joins of a new group: at most one member per site.
+        got = await asyncio.gather(*(c.post("/strato/v1/schedule", json=req(
+            1, vcpu=1, group="h", constraints=rule)) for _ in range(5)))
+        placed = [g.json()["placements"][0] for g in got if g.status_code == 200]
+        sites = [p["location"].split("/")[0] for p in placed]
+        assert len(sites) == len(set(sites)) == 2, [g.text for g in got]
+        # Released members free their site again.
+        gone = placed[0]["consumer_uuid"]
+        owner = placed[0]["zone"].split("/")[-1]
+        r = await tree.client(owner).delete(f"/allocations/{gone}")
+        assert r.status_code == 204, r.text
+        r = await c.post("/strato/v1/schedule", json=req(1, vcpu=1, group="h",
+                                                          constraints=rule))
+        assert r.status_code == 200, r.text
+    run(tmp_path, scenario, zones=MID_ZONES)
+
+
+def test_unknown_members_are_an_outage_not_a_refusal(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await zt(tree, "global").refresh(fresh=True)
+        rule = [{"type": "anti_affinity", "level": "site"}]
+        c = tree.client("global")
+        r = await c.post("/strato/v1/schedule", json=req(1, vcpu=1, group="g",
+                                                          constraints=rule))
+        assert r.status_code == 200, r.text
+        tree.kill("c1")
+        tree.kill("c3")
+        r = await c.post("/strato/v1/schedule", json=req(1, vcpu=1, group="g",
+                                                          constraints=rule))
+        # c2 is up, but where g's members in s1 (c1) and s2 (c3) are is unknown.
+        assert r.status_code == 503, r.text
+    run(tmp_path, scenario, zones=MID_ZONES)
+
+
+def test_group_names_are_checked(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        r = await tree.client("global").get("/strato/v1/groups/" + "x" * 300)
+        assert r.status_code == 400, r.text
+        r = await tree.client("global").get("/strato/v1/groups/nobody")
+        assert r.status_code == 200 and r.json()["members"] == []
+    run(tmp_path, scenario)

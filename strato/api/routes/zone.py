@@ -114,6 +114,17 @@ async def get_summary(request: Request, fresh: bool = False) -> Response:
     return json_response(await tree_of(request).summary(fresh=fresh))
 
 
+@router.get("/groups/{name}")
+async def get_group(request: Request, name: str) -> Response:
+    """Where the members of a server group are in this zone's subtree (parents
+    ask before placing members under rules wider than one child zone)."""
+    deps.require_admin(request, "strato:groups:show")
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,255}", name):
+        raise errors.BadRequest(f"group name {name[:64]!r} is not valid: 1 to 255 letters, "
+                                "digits or _ . : -")
+    return json_response(await tree_of(request).group_members(name))
+
+
 @router.get("/children")
 async def list_children(request: Request) -> Response:
     deps.require_admin(request, "strato:children:list")
