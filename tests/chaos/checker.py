@@ -281,7 +281,7 @@ class Checker:
                 if rule.get("type") == "anti_affinity" and rule.get("hard", True):
                     groups[(req.body["group"], rule.get("level", "host"))].append(req)
         for (group, level), reqs in groups.items():
-            depth = LEVELS.index(level) + 1
+            depth = LEVELS.index(level) + 1 if level in LEVELS else 0
             seen: dict[str, tuple[str, Request]] = {}
             for req in reqs:
                 for consumer in req.consumers:
@@ -290,7 +290,9 @@ class Checker:
                             host = self.cluster.hosts.get(provider)
                             if host is None:
                                 continue  # a pool, not a host
-                            domain = "/".join(host.location.split("/")[:depth])
+                            # Level `zone`: each child zone of the root is a domain.
+                            domain = ("/".join(host.location.split("/")[:depth]) if depth
+                                      else self.cluster.zones[zone].path.split("/")[1])
                             if domain in seen and seen[domain][0] != consumer:
                                 other, oreq = seen[domain]
                                 self._add("anti_affinity", f"group {group} ({level}): "

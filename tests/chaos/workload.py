@@ -31,8 +31,9 @@ PATIENT_TIMEOUT = 8.0
 HIGH_WATER = 110
 RETRIES = 3
 # Relative weights of the operations a client picks from.
-MIX: dict[str, int] = {"plain": 22, "multi": 14, "anti": 14, "pool_disk": 10, "pool_ip": 8,
-                       "duplicate": 8, "impatient": 8, "release": 22}
+MIX: dict[str, int] = {"plain": 20, "multi": 12, "anti": 12, "gang": 6, "spread": 6,
+                       "pool_disk": 10, "pool_ip": 8, "duplicate": 8, "impatient": 8,
+                       "release": 22}
 
 
 def zone_of(path: str) -> str:
@@ -97,6 +98,7 @@ class Workload:
         rng = random.Random(f"{self.seed}-client-{index}")
         ops: dict[str, Callable[[httpx.Client, random.Random, str], None]] = {
             "plain": self._plain, "multi": self._multi, "anti": self._anti,
+            "gang": self._gang, "spread": self._spread,
             "pool_disk": self._pool_disk, "pool_ip": self._pool_ip,
             "duplicate": self._duplicate, "impatient": self._impatient,
             "release": self._release}
@@ -155,6 +157,23 @@ class Workload:
                           {"VCPU": 1, "MEMORY_MB": 256}, group=group,
                           constraints=[{"type": "anti_affinity", "level": level}])
         self.schedule(c, "anti", body, self._new_id(rng), who)
+
+    def _gang(self, c: httpx.Client, rng: random.Random, who: str) -> None:
+        """More than one cell holds (three 16-VCPU hosts): divided among cells,
+        all or nothing (atomic) or what fits."""
+        body = self._body(rng, rng.randint(3, 6), {"VCPU": 8, "MEMORY_MB": 256},
+                          atomic=rng.random() < 0.7)
+        self.schedule(c, "gang", body, self._new_id(rng), who)
+
+    def _spread(self, c: httpx.Client, rng: random.Random, who: str) -> None:
+        """Anti-affinity at level zone: one instance per mid zone (two), hard or soft."""
+        group = f"z{self.seed}-{rng.getrandbits(32):08x}"
+        hard = rng.random() < 0.6
+        body = self._body(rng, 2 if hard else rng.randint(2, 3),
+                          {"VCPU": 1, "MEMORY_MB": 256}, group=group,
+                          constraints=[{"type": "anti_affinity", "level": "zone",
+                                        "hard": hard}])
+        self.schedule(c, "spread", body, self._new_id(rng), who)
 
     def _pool_disk(self, c: httpx.Client, rng: random.Random, who: str) -> None:
         body = self._body(rng, rng.choice([1, 1, 2]),
