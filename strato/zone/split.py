@@ -47,6 +47,8 @@ from strato.zone.scheduler import NoValidPlacement
 
 # The level at which each child zone is its own domain.
 ZONE_LEVEL = "zone"
+# How explain names what the division itself found (not any one zone).
+DIVIDED = "(divided among children)"
 # Of the time left, what the plan's dry runs may use (the claim and the
 # confirmations need the rest).
 PLAN_SHARE = 0.4
@@ -414,8 +416,8 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     total = sum(c for _, c in shares)
     if not total or (req.atomic and total < n):
         took = ", ".join(f"{k.name}: {c}" for k, c in shares) or "none"
-        outcomes.append(Outcome("", Result.NO_VALID_PLACEMENT,
-                                f"split: the children could take {total} of {n} "
+        outcomes.append(Outcome(DIVIDED, Result.NO_VALID_PLACEMENT,
+                                f"the children could take {total} of {n} "
                                 f"instance(s) together ({took})"))
         return None
     consumers = list(req.consumers)
@@ -463,16 +465,16 @@ async def _claim(tree: Splitter, req: ScheduleRequest, split: list[tuple[Child, 
             answers.append((k, answer))
     if req.atomic and failed:
         await tree.undo(attempt.request_id, placed=False, attempt=attempt.token)
-        outcomes.append(Outcome("", Result.CONFLICT,
-                                f"split: {len(failed)} of {len(req.consumers)} instance(s) "
+        outcomes.append(Outcome(DIVIDED, Result.CONFLICT,
+                                f"{len(failed)} of {len(req.consumers)} instance(s) "
                                 "were not placed where planned; every share was released"))
         return None
     merged = _merge(tree, req, answers, [*unassigned, *failed], relaxed)
     if gang and req.hold_ttl is None and (
             attempt.remaining() <= 0 or not await _confirm(tree, merged, attempt)):
         await tree.undo(attempt.request_id, placed=False, attempt=attempt.token)
-        outcomes.append(Outcome("", Result.CONFLICT, "split: a held share expired "
-                                "before it was confirmed; every share was released"))
+        outcomes.append(Outcome(DIVIDED, Result.CONFLICT, "a held share expired before "
+                                "it was confirmed; every share was released"))
         return None
     return merged
 
