@@ -287,6 +287,30 @@ def _candidates(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
     return [k for _, _, k in scored][: max(1, int(tree.config.fanout))]
 
 
+def _enough(tree: Splitter, req: ScheduleRequest, cands: Sequence[Child],
+            wide: Sequence[tuple[int, SpreadRuleSpec]]) -> list[Child]:
+    """The first candidates whose summaries promise room for every instance,
+    plus one: each child's promise is its free room per class over what one
+    instance asks (one, under an anti-affinity rule above the children)."""
+    want: dict[str, int] = {}
+    for g in req.groups:
+        for rc, amount in g.resources.items():
+            want[rc] = want.get(rc, 0) + amount
+    one_each = any(r.type == "anti_affinity" for _, r in wide)
+    n = len(req.consumers)
+    promised = 0
+    for i, k in enumerate(cands):
+        cached = tree.cache.get(k.name)
+        classes = cached.body.get("classes", {}) if cached is not None else {}
+        fits = min((max(0, int(classes.get(rc, {}).get("capacity", 0))
+                        - int(classes.get(rc, {}).get("used", 0))) // amount
+                    for rc, amount in want.items()), default=0)
+        promised += min(fits, 1 if one_each else n)
+        if promised >= n:
+            return list(cands[: i + 2])
+    return list(cands)
+
+
 async def _plan(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
                 outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
     """Each child's dry run of the whole request with atomic=false."""
@@ -409,10 +433,20 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     outcomes += first
     if not cands:
         return None
-    plans = await _plan(tree, req, cands, outcomes)
+    wide = wide_rules(req, kids)
+    # Ask the fewest children the summaries say are enough (and one more),
+    # then the rest only if their plans fall short: a gang of four over ten
+    # cells asks five, not ten.
+    first_round = _enough(tree, req, cands, wide)
+    plans = await _plan(tree, req, first_round, outcomes)
     by_name = {k.name: k for k in cands}
     counts = [(by_name[name], len(p["placements"])) for name, p in plans.items()]
-    shares, relaxed = assign(req, counts, wide_rules(req, kids), occ)
+    shares, relaxed = assign(req, counts, wide, occ)
+    rest = cands[len(first_round):]
+    if sum(c for _, c in shares) < n and rest:
+        plans.update(await _plan(tree, req, rest, outcomes))
+        counts = [(by_name[name], len(p["placements"])) for name, p in plans.items()]
+        shares, relaxed = assign(req, counts, wide, occ)
     total = sum(c for _, c in shares)
     if not total or (req.atomic and total < n):
         took = ", ".join(f"{k.name}: {c}" for k, c in shares) or "none"
@@ -483,11 +517,12 @@ async def _confirm(tree: Splitter, merged: dict[str, Any], attempt: Attempt) -> 
     """Confirm every held share: False if one had expired (404). A child that
     does not answer raises ServiceUnavailable (the attempt is undone)."""
     parts = shared.remote_parts(merged)
-    gone = False
-    for part in parts:
-        status = await shared.confirm_part(tree, part, attempt.deadline)
-        gone = gone or status == 404
-    return not gone
+    got = await asyncio.gather(*(shared.confirm_part(tree, part, attempt.deadline)
+                                 for part in parts), return_exceptions=True)
+    for g in got:
+        if isinstance(g, BaseException):
+            raise g  # not answered: the attempt is undone
+    return all(g != 404 for g in got)
 
 
 def _merge(tree: Splitter, req: ScheduleRequest, answers: Sequence[tuple[Child, dict[str, Any]]],

@@ -682,7 +682,9 @@ class ZoneTree:
                      attempt: Attempt | None) -> tuple[dict[str, Any] | None, list[Outcome]]:
         """Place `req` here or below: (the answer or None, what each zone said)."""
         wide = split.wide_rules(req, kids)
-        if not wide:
+        if not any(r.hard for _, r in wide):
+            # No rule above a child that must hold: earlier members do not
+            # constrain this request (soft rules spread its own instances).
             return await self._place_in(req, kids, attempt, None)
         # Rules above a child are this zone's to keep: one request per group at
         # a time reads where the group's members are, and places new ones.
