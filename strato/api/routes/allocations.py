@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid as uuidlib
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter
 from pydantic import (
@@ -22,6 +22,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
 )
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -42,6 +43,10 @@ from strato.api.microversion import (
 from strato.api.responses import cache_headers, json_response
 from strato.model import errors
 from strato.store import allocations as store
+from strato.zone import subtree
+
+if TYPE_CHECKING:
+    from strato.zone.tree import ZoneTree
 from strato.store import providers
 
 router = APIRouter()
@@ -254,14 +259,42 @@ def _headers(v: Version, last_modified: datetime | None) -> dict[str, str] | Non
 
 # --- Routes ----------------------------------------------------------------
 
+def _read_consumer(request: Request, key: str) -> store.ConsumerAllocations:
+    with deps.db(request).read() as conn:
+        return store.get_consumer_allocations(conn, key)
+
+
+async def _below(request: Request) -> ZoneTree | None:
+    """This zone's tree when it has children (their subtrees are answered for)."""
+    tree: ZoneTree | None = getattr(request.app.state, "tree", None)
+    if tree is None or not await tree.children():
+        return None
+    return tree
+
+
+def _from_child(key: str, body: dict[str, Any]) -> store.ConsumerAllocations:
+    return store.ConsumerAllocations(
+        consumer_uuid=key,
+        allocations={rp: store.ProviderShare(generation=int(a.get("generation") or 0),
+                                             resources=dict(a["resources"]))
+                     for rp, a in body["allocations"].items()},
+        project_id=body.get("project_id"), user_id=body.get("user_id"),
+        generation=body.get("consumer_generation"), consumer_type=body.get("consumer_type"),
+        last_modified=None)
+
+
 @router.get("/allocations/{consumer_uuid}")
-def get_allocations(request: Request, consumer_uuid: str) -> Response:
+async def get_allocations(request: Request, consumer_uuid: str) -> Response:
     deps.authorize(request, "placement:allocations:list")
     v = version(request)
     # Placement never 404s here: an unknown consumer simply holds nothing.
     key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
-    with deps.db(request).read() as conn:
-        found = store.get_consumer_allocations(conn, key)
+    found = await run_in_threadpool(_read_consumer, request, key)
+    if not found.allocations and query.is_uuid(key) and (tree := await _below(request)):
+        # Placed through this zone into a child's subtree: answer from there.
+        below = await subtree.find_consumer(tree, key)
+        if below is not None:
+            found = _from_child(key, below.body)
     return json_response(serialize_consumer(found, v),
                          headers=_headers(v, found.last_modified))
 
@@ -295,15 +328,24 @@ async def create_allocations(request: Request) -> Response:
     return Response(status_code=204)
 
 
-@router.delete("/allocations/{consumer_uuid}")
-def delete_allocations(request: Request, consumer_uuid: str) -> Response:
-    deps.authorize(request, "placement:allocations:delete")
-    key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
+def _delete_here(request: Request, key: str) -> bool:
     with deps.db(request).write() as conn:
         if not store.get_consumer_allocations(conn, key).allocations:
-            raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
+            return False
         store.claim(conn, [store.ConsumerClaim(consumer_uuid=key)])
-    return Response(status_code=204)
+    return True
+
+
+@router.delete("/allocations/{consumer_uuid}")
+async def delete_allocations(request: Request, consumer_uuid: str) -> Response:
+    deps.authorize(request, "placement:allocations:delete")
+    key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
+    if await run_in_threadpool(_delete_here, request, key):
+        return Response(status_code=204)
+    if query.is_uuid(key) and (tree := await _below(request)) and \
+            await subtree.delete_consumer(tree, key):
+        return Response(status_code=204)
+    raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
 
 
 @router.get("/resource_providers/{uuid}/allocations")

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -15,6 +16,7 @@ from strato.api.responses import cache_headers, json_response
 from strato.model import errors
 from strato.store import providers
 from strato.store import usages as store
+from strato.zone import subtree
 
 router = APIRouter()
 
@@ -71,7 +73,7 @@ def _consumer_type_param(request: Request) -> str | None:
 
 
 @router.get("/usages")
-def get_total_usages(request: Request) -> Response:
+async def get_total_usages(request: Request) -> Response:
     deps.authorize(request, "placement:usages", request.query_params.get("project_id"))
     v = require(request, V1_9)
     by_type = v >= V1_38
@@ -80,13 +82,40 @@ def get_total_usages(request: Request) -> Response:
     project_id = _id_param(request, "project_id", required=True)
     assert project_id is not None
     user_id = _id_param(request, "user_id", required=False)
-    body: dict[str, Any]
-    with deps.db(request).read() as conn:
-        if by_type:
-            grouped = store.usages_by_consumer_type(
-                conn, project_id, user_id, _consumer_type_param(request))
-            body = {"usages": {t: {**u.resources, "consumer_count": u.consumer_count}
-                               for t, u in grouped.items()}}
-        else:
-            body = {"usages": store.project_usages(conn, project_id, user_id)}
+    consumer_type = _consumer_type_param(request) if by_type else None
+
+    def read() -> dict[str, Any]:
+        with deps.db(request).read() as conn:
+            if by_type:
+                grouped = store.usages_by_consumer_type(conn, project_id, user_id,
+                                                        consumer_type)
+                return {"usages": {t: {**u.resources, "consumer_count": u.consumer_count}
+                                   for t, u in grouped.items()}}
+            return {"usages": store.project_usages(conn, project_id, user_id)}
+    body = await run_in_threadpool(read)
+    tree = getattr(request.app.state, "tree", None)
+    if tree is not None and await tree.children():
+        # The subtree's usages too: consumers placed through this zone live in
+        # its children's databases (strato/zone/subtree.py).
+        params = {"project_id": project_id, **({"user_id": user_id} if user_id else {}),
+                  **({"consumer_type": consumer_type} if consumer_type else {})}
+        below = await subtree.usages(tree, params)
+        body = _add_usages(body, below, by_type)
     return json_response(body, headers=_headers(v))
+
+
+def _add_usages(body: dict[str, Any], below: dict[str, dict[str, int]], by_type: bool
+                ) -> dict[str, Any]:
+    """This zone's usages plus its children's (given by consumer type)."""
+    usages: dict[str, Any] = {k: dict(v) if isinstance(v, dict) else v
+                              for k, v in body["usages"].items()}
+    for ctype, counts in below.items():
+        if by_type:
+            acc = usages.setdefault(ctype, {})
+            for k, n in counts.items():
+                acc[k] = acc.get(k, 0) + n
+        else:
+            for k, n in counts.items():
+                if k != "consumer_count":
+                    usages[k] = usages.get(k, 0) + n
+    return {"usages": usages}
