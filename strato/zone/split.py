@@ -486,12 +486,20 @@ async def _claim(tree: Splitter, req: ScheduleRequest, split: list[tuple[Child, 
     # The id is reserved before the shares are asked at once (each records
     # its part under it).
     await tree.reserve(attempt)
+    # Every share runs to its end before anything is decided: an error in one
+    # (a child calling the request invalid, a cancel) must not leave another
+    # still asking while the attempt is undone.
     got = await asyncio.gather(*(
         tree.ask(k, base.model_copy(update={"consumers": cs}), attempt, CLAIM_SHARE)
-        for k, cs in split))
+        for k, cs in split), return_exceptions=True)
+    errors_ = [g for g in got if isinstance(g, BaseException)]
+    if errors_:
+        await tree.undo(attempt.request_id, placed=False, attempt=attempt.token)
+        raise errors_[0]
     answers: list[tuple[Child, dict[str, Any]]] = []
     failed: list[str] = []
     for (k, cs), answer in zip(split, got, strict=True):
+        assert not isinstance(answer, BaseException)
         if isinstance(answer, Outcome):
             outcomes.append(answer)
             failed += cs
