@@ -20,6 +20,7 @@ from strato.sim.invariants import check_databases
 from strato.store import ledger
 from strato.zone.attempt import MAX_BACKOFF_S, Health
 from strato.zone.inprocess import InProcessTree, build
+from tests.zone.helpers import own_allocations
 from tests.zone.test_shared_pool import AGG, provider
 from tests.zone.test_tree import TREE, host, req
 
@@ -52,12 +53,7 @@ def run(tmp: Path, scenario: Callable[[InProcessTree], Awaitable[None]],
 
 async def held_at(tree: InProcessTree, consumer: str) -> list[str]:
     """The zones whose own store holds allocations of `consumer`."""
-    out = []
-    for zone in tree.apps:
-        r = await tree.client(zone).get(f"/allocations/{consumer}")
-        if r.json()["allocations"]:
-            out.append(zone)
-    return out
+    return [zone for zone in tree.apps if own_allocations(tree, zone, consumer)]
 
 
 def _parts(tree: InProcessTree, zone: str, request_id: str) -> list[ledger.Part]:

@@ -12,13 +12,13 @@ from typing import Any
 
 from strato.sim.invariants import check_databases
 from strato.zone.inprocess import InProcessTree
+from tests.zone.helpers import own_allocations
 from tests.zone.test_tree import req, run, schedule
 
 
 async def allocations(tree: InProcessTree, zone: str, consumer: str) -> dict[str, Any]:
-    r = await tree.client(zone).get(f"/allocations/{consumer}")
-    assert r.status_code == 200, r.text
-    return dict(r.json()["allocations"])
+    """What `zone`'s own store holds (its API answers for the subtree)."""
+    return own_allocations(tree, zone, consumer)
 
 
 async def in_doubt(tree: InProcessTree, zone: str) -> dict[str, int]:

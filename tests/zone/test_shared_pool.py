@@ -23,6 +23,7 @@ from strato.zone import shared
 from strato.zone.attempt import Attempt
 from strato.zone.inprocess import InProcessTree, ZoneSpec, build
 from strato.zone.tree import ZoneTree
+from tests.zone.helpers import own_allocations
 
 AGG = str(uuid.uuid4())
 ZONES = [ZoneSpec("global"), ZoneSpec("c1", parent="global", location_prefix="dfw"),
@@ -79,8 +80,8 @@ def zone_tree(tree: InProcessTree, name: str) -> ZoneTree:
 
 
 async def allocations(tree: InProcessTree, zone: str, consumer: str) -> dict[str, Any]:
-    got: dict[str, Any] = (await tree.client(zone).get(f"/allocations/{consumer}")).json()
-    return dict(got["allocations"])
+    """What `zone`'s own store holds (its API answers for the subtree)."""
+    return own_allocations(tree, zone, consumer)
 
 
 def pending(tree: InProcessTree, zone: str) -> list[provisional.Pending]:

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from strato.zone.inprocess import InProcessTree, ZoneSpec, build
+from tests.zone.helpers import own_allocations
 
 TREE = [
     ZoneSpec("global"),
@@ -86,8 +87,10 @@ def test_delegate_places_in_a_leaf_with_its_zone_path(tmp_path: Path) -> None:
         consumer = ans["placements"][0]["consumer_uuid"]
         got = (await tree.client(leaf).get(f"/allocations/{consumer}")).json()
         assert got["allocations"], "claimed at the leaf that owns the host"
+        assert own_allocations(tree, "global", consumer) == {}
+        # ... and the root answers for it all the same (zone/subtree.py).
         assert (await tree.client("global").get(f"/allocations/{consumer}")
-                ).json()["allocations"] == {}
+                ).json()["allocations"] == got["allocations"]
     run(tmp_path, scenario)
 
 

@@ -283,6 +283,18 @@ def _from_child(key: str, body: dict[str, Any]) -> store.ConsumerAllocations:
         last_modified=None)
 
 
+def _merged(here: store.ConsumerAllocations, below: store.ConsumerAllocations
+            ) -> store.ConsumerAllocations:
+    """A consumer's allocations here (a sharing pool) and below (its compute)."""
+    if not here.allocations:
+        return below
+    return store.ConsumerAllocations(
+        consumer_uuid=here.consumer_uuid, allocations={**below.allocations,
+                                                       **here.allocations},
+        project_id=here.project_id, user_id=here.user_id, generation=here.generation,
+        consumer_type=here.consumer_type, last_modified=here.last_modified)
+
+
 @router.get("/allocations/{consumer_uuid}")
 async def get_allocations(request: Request, consumer_uuid: str) -> Response:
     deps.authorize(request, "placement:allocations:list")
@@ -290,11 +302,12 @@ async def get_allocations(request: Request, consumer_uuid: str) -> Response:
     # Placement never 404s here: an unknown consumer simply holds nothing.
     key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
     found = await run_in_threadpool(_read_consumer, request, key)
-    if not found.allocations and query.is_uuid(key) and (tree := await _below(request)):
-        # Placed through this zone into a child's subtree: answer from there.
+    if query.is_uuid(key) and (tree := await _below(request)):
+        # Placed through this zone into a child's subtree (and perhaps on a
+        # sharing pool here too): answer with all of it.
         below = await subtree.find_consumer(tree, key)
         if below is not None:
-            found = _from_child(key, below.body)
+            found = _merged(found, _from_child(key, below.body))
     return json_response(serialize_consumer(found, v),
                          headers=_headers(v, found.last_modified))
 
@@ -340,12 +353,13 @@ def _delete_here(request: Request, key: str) -> bool:
 async def delete_allocations(request: Request, consumer_uuid: str) -> Response:
     deps.authorize(request, "placement:allocations:delete")
     key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
-    if await run_in_threadpool(_delete_here, request, key):
-        return Response(status_code=204)
-    if query.is_uuid(key) and (tree := await _below(request)) and \
-            await subtree.delete_consumer(tree, key):
-        return Response(status_code=204)
-    raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
+    # Below first (it may fail, 503, with nothing here deleted), then here.
+    below = bool(query.is_uuid(key) and (tree := await _below(request))
+                 and await subtree.delete_consumer(tree, key))
+    here = await run_in_threadpool(_delete_here, request, key)
+    if not (here or below):
+        raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
+    return Response(status_code=204)
 
 
 @router.get("/resource_providers/{uuid}/allocations")
