@@ -23,6 +23,7 @@ import strato
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
 from strato.api.cors import CorsMiddleware, CorsPolicy
 from strato.api.fast import FastSchedule
+from strato.api.metrics import HttpMetrics, Metrics
 from strato.api.middleware import StratoMiddleware, accepts_json
 from strato.api.policy import PolicyMode
 from strato.api.responses import REQUEST_ID_KEY, error_response, strato_error_response
@@ -102,8 +103,9 @@ def create_app(settings: Settings, *, db: Database | None = None,
                                           asyncio.create_task(tree.run_recovery())]
         if settings.parent_url:
             identity = await run_in_threadpool(_identity, database)
-            tasks.append(asyncio.create_task(
-                register_with_parent(settings, zone_transport, identity=identity)))
+            app.state.registration = asyncio.create_task(
+                register_with_parent(settings, zone_transport, identity=identity))
+            tasks.append(app.state.registration)
         yield
         for t in tasks:
             t.cancel()
@@ -141,6 +143,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
                                       schedule_concurrency=settings.schedule_concurrency))
     app.state.tree = tree
     app.state.policy = PolicyMode(settings.policy)
+    app.state.metrics = Metrics(tree)
+    app.state.registration = None
 
     @app.exception_handler(errors.StratoError)
     async def _strato_error(request: Request, exc: errors.StratoError) -> Response:
@@ -193,6 +197,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.add_middleware(FastSchedule, state=app.state)
     app.add_middleware(StratoMiddleware, auth=strategy,
                        max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(HttpMetrics, metrics=app.state.metrics)
     if settings.cors_allowed_origins:
         app.add_middleware(CorsMiddleware, policy=CorsPolicy(
             settings.cors_allowed_origins, settings.cors_allow_headers))

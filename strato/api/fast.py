@@ -62,8 +62,9 @@ class FastSchedule:
             return
         rid = scope.get(REQUEST_ID_KEY)
         try:
-            response: Response = await schedule_response(self.state.tree, req,
-                                               rid if isinstance(rid, str) else None)
+            response: Response = await schedule_response(
+                self.state.tree, req, rid if isinstance(rid, str) else None,
+                getattr(self.state, "metrics", None))
         except DataError as exc:
             response = error_response(400, "Bad Request",
                                       f"invalid value in request: {type(exc.orig).__name__}",

@@ -18,7 +18,7 @@ from strato.api.responses import REQUEST_ID_KEY, accept_ranges, error_response
 from strato.model import errors
 
 # Routes anyone may call: the version document and the API description.
-PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/strato/v1/health"})
+PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/healthz", "/readyz", "/metrics"})
 
 
 def accepts_json(accept: str | None) -> bool:

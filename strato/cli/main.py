@@ -22,6 +22,20 @@ app.add_typer(db_app, name="db")
 console = Console(stderr=True)
 
 
+def _version(value: bool) -> None:
+    if value:
+        import strato
+        print(f"strato {strato.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version,
+                                       is_eager=True, help="Print the version and exit.")
+          ) -> None:
+    """Strato: distributed, hierarchical resource scheduler and placement service."""
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True

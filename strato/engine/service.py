@@ -140,6 +140,11 @@ class Engine:
             with conn.begin():
                 yield conn
 
+    @property
+    def loaded(self) -> bool:
+        """The index has been read from the store once (the zone can plan)."""
+        return self._loaded
+
     def refresh(self) -> int:
         with self._lock:
             return self._refresh_locked()

@@ -108,3 +108,19 @@ def test_a_divided_gang_is_released_consumer_by_consumer_at_the_root(tmp_path: P
             assert r.status_code == 204, r.text
         assert await used(tree, "dfw") + await used(tree, "ord") == 0
     run(tmp_path, scenario)
+
+
+def test_the_roots_metrics_show_its_children(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        await place(tree, 6, vcpu=8)
+        text = (await root.get("/metrics")).text
+        assert 'strato_child_healthy{child="dfw"} 1.0' in text
+        assert 'strato_child_healthy{child="ord"} 1.0' in text
+        assert 'strato_schedule_attempts_total{result="placed"} 1.0' in text
+        assert 'strato_placements_total 6.0' in text
+        tree.kill("ord")
+        await root.get(f"/allocations/{uuid.uuid4()}")  # asks ord: a failure
+        text = (await root.get("/metrics")).text
+        assert 'strato_child_healthy{child="ord"} 0.0' in text
+    run(tmp_path, scenario)

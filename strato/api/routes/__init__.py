@@ -4,6 +4,7 @@ from strato.api.routes import (
     aggregates,
     allocation_candidates,
     allocations,
+    health,
     inventories,
     reshaper,
     resource_classes,
@@ -18,6 +19,7 @@ from strato.api.routes import (
 
 ROUTERS = [
     root.router,
+    health.router,
     resource_providers.router,
     inventories.router,
     resource_classes.router,

@@ -6,6 +6,7 @@ own providers; a zone with children also asks them (see zone/tree.py).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter
@@ -13,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps
+from strato.api.metrics import Metrics, result_of
 from strato.api.responses import REQUEST_ID_KEY, json_response, strato_error_response
 from strato.model import errors
 from strato.model.schedule import ScheduleAnswer, ScheduleRequest
@@ -45,14 +47,22 @@ def check_hops(body: ScheduleRequest) -> None:
                                 "has a loop or is deeper than allowed")
 
 
-async def schedule_response(tree: ZoneTree, body: ScheduleRequest, rid: str | None
-                            ) -> Response:
+async def schedule_response(tree: ZoneTree, body: ScheduleRequest, rid: str | None,
+                            metrics: Metrics | None = None) -> Response:
     """The one implementation of POST /strato/v1/schedule once its body is read,
     validated and the caller allowed (the route, and the lean path of api/fast.py)."""
+    start = time.perf_counter()
+    result, placed = "error", 0
     try:
-        return json_response(await tree.schedule(body))
+        answer = await tree.schedule(body)
+        result, placed = "placed", len(answer.get("placements", []))
+        return json_response(answer)
     except errors.StratoError as exc:
+        result = result_of(exc.status, exc.code)
         return strato_error_response(exc, rid)
+    finally:
+        if metrics is not None:
+            metrics.scheduled(result, time.perf_counter() - start, placed)
 
 
 @router.post("/schedule", response_model=ScheduleAnswer, responses=_ERRORS)
@@ -63,7 +73,8 @@ async def create_schedule(request: Request, body: ScheduleRequest) -> Response:
     check_hops(body)
     rid = request.scope.get(REQUEST_ID_KEY)
     return await schedule_response(get_tree(request), body,
-                                   rid if isinstance(rid, str) else None)
+                                   rid if isinstance(rid, str) else None,
+                                   request.app.state.metrics)
 
 
 @router.post("/explain", response_model=ScheduleAnswer)

@@ -1,0 +1,86 @@
+"""Health and metrics: /healthz, /readyz, /metrics (cheap, no token needed).
+
+* ``GET /healthz``: the process answers (no database access).
+* ``GET /readyz``: 200 when the zone can serve: database reachable, schema at
+  the code's revision, in-memory index loaded, and (with ``--parent``) not
+  refused by its parent; 503 with each check's state otherwise.
+* ``GET /metrics``: Prometheus text format (strato/api/metrics.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import lru_cache
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+import strato
+from strato.api.metrics import CONTENT_TYPE, Metrics
+from strato.api.responses import json_response
+from strato.store import migrate
+
+router = APIRouter(tags=["health"])
+
+
+@lru_cache(maxsize=1)
+def _head() -> str:
+    return migrate.head_revision()
+DB_TIMEOUT_S = 2.0
+
+
+@router.get("/healthz")
+async def healthz(request: Request) -> Response:
+    """The process answers."""
+    return json_response({"status": "ok", "zone": request.app.state.settings.zone_name,
+                          "version": strato.__version__})
+
+
+def _schema(request: Request) -> dict[str, Any]:
+    db = request.app.state.db
+    with db.read() as conn:
+        conn.exec_driver_sql("SELECT 1")
+    current = migrate.current_revision(db)
+    head = _head()
+    return {"database": {"ok": True},
+            "schema": {"ok": current == head, "revision": current, "expected": head}}
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> Response:
+    """Whether this zone can serve requests now, and why not."""
+    state = request.app.state
+    checks: dict[str, Any]
+    try:
+        checks = await asyncio.wait_for(run_in_threadpool(_schema, request), DB_TIMEOUT_S)
+    except TimeoutError:
+        checks = {"database": {"ok": False, "error": f"no answer in {DB_TIMEOUT_S:g}s"},
+                  "schema": {"ok": False, "error": "database not reachable"}}
+    except Exception as exc:  # any driver error: not ready, and why
+        checks = {"database": {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]},
+                  "schema": {"ok": False, "error": "database not reachable"}}
+    checks["index"] = {"ok": bool(state.engine.loaded),
+                       "providers": int(state.engine.index.size)}
+    parent = getattr(state, "registration", None)
+    if state.settings.parent_url:
+        if parent is None or not parent.done():
+            checks["parent"] = {"ok": True, "state": "registering",
+                                "url": state.settings.parent_url}
+        else:
+            ok = not parent.cancelled() and parent.exception() is None and bool(parent.result())
+            checks["parent"] = {"ok": ok, "state": "registered" if ok else "refused",
+                                "url": state.settings.parent_url}
+    ready = all(c["ok"] for c in checks.values())
+    return json_response({"status": "ready" if ready else "not ready",
+                          "zone": state.settings.zone_name, "checks": checks},
+                         200 if ready else 503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    m: Metrics = request.app.state.metrics
+    body = await run_in_threadpool(m.exposition)
+    return Response(body, media_type=CONTENT_TYPE)

@@ -1,0 +1,101 @@
+"""/healthz, /readyz and /metrics: no token needed; readiness follows the
+database (a real PostgreSQL database dropped under a running app); metrics
+move with real requests."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from strato.api.app import create_app
+from strato.config import Settings
+from strato.store.db import Database
+from tests.conftest import ADMIN, _pg_admin, pg_url
+from tests.helpers import api
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    """A sample's value from Prometheus text (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"([a-z_]+)(?:\{(.*)\})? ([0-9.e+-]+)$", line)
+        if m and m.group(1) == name and ",".join(sorted((m.group(2) or "").split(","))) \
+                == ",".join(sorted(want.split(","))):
+            return float(m.group(3))
+    return 0.0
+
+
+def test_health_needs_no_token(client: TestClient) -> None:
+    anon = TestClient(client.app, raise_server_exceptions=False)
+    r = anon.get("/healthz")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    r = anon.get("/readyz")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "ready"
+    assert {k for k, c in body["checks"].items() if c["ok"]} == {"database", "schema", "index"}
+    r = anon.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert "strato_zone_info" in r.text
+    # Everything else still needs one.
+    assert anon.get("/resource_providers").status_code == 401
+
+
+def test_metrics_move_with_requests(client: TestClient) -> None:
+    rp = api.make_provider(client, "h1", {"VCPU": {"total": 4}})
+    assert rp
+    body = {"consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+            "groups": [{"resources": {"VCPU": 1}}]}
+    before = client.get("/metrics").text
+    assert client.post("/strato/v1/schedule", json=body).status_code == 200
+    big = {**body, "consumers": [str(uuid.uuid4())],
+           "groups": [{"resources": {"VCPU": 64}}]}
+    assert client.post("/strato/v1/schedule", json=big).status_code == 409
+    after = client.get("/metrics").text
+    for result, n in (("placed", 1), ("no_valid_placement", 1)):
+        assert value(after, "strato_schedule_attempts_total", result=result) \
+            - value(before, "strato_schedule_attempts_total", result=result) == n
+    assert value(after, "strato_placements_total") - value(before, "strato_placements_total") == 1
+    assert value(after, "strato_http_requests_total", method="GET",
+                 route="/resource_providers/{uuid}", status="200") >= 0
+    assert value(after, "strato_http_requests_total", method="POST",
+                 route="/resource_providers", status="200") >= 1
+    assert value(after, "strato_engine_providers") == 1
+
+
+@pytest.fixture
+def doomed_pg() -> Iterator[str]:
+    name = f"strato_h_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = _pg_admin()
+    with admin.connect() as c:
+        c.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    yield name
+    with admin.connect() as c:
+        c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+@pytest.mark.postgres
+def test_readyz_follows_the_database(doomed_pg: str) -> None:
+    db = Database(pg_url(doomed_pg))
+    app = create_app(Settings(db_url=db.url), db=db)
+    try:
+        with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as c:
+            assert c.get("/readyz").status_code == 200
+            admin = _pg_admin()
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE "{doomed_pg}" WITH (FORCE)')
+            admin.dispose()
+            r = c.get("/readyz")
+            assert r.status_code == 503, r.text
+            assert r.json()["checks"]["database"]["ok"] is False
+            assert c.get("/healthz").status_code == 200  # the process still answers
+    finally:
+        db.dispose()
