@@ -81,6 +81,21 @@ def spread_mask(index: ProviderIndex, hosts: HostArrays, rule: SpreadRuleSpec, g
     names = hosts.domain_names[rule.level]
     existing = frozenset(names[int(c)] for c in existing_codes)
     row_dom = dom[index.root[: index.size]]
+    if rule.type == "spread":
+        counts: dict[str, int] = {}
+        for roots in members.values():
+            for d in {names[int(dom[index.pos[r]])] for r in roots if r in index.pos}:
+                counts[d] = counts.get(d, 0) + 1
+        allowed = np.ones(index.size, dtype=bool)
+        if rule.hard and rule.max_per_domain is not None:
+            full = [code for code, name in enumerate(names)
+                    if counts.get(name, 0) >= rule.max_per_domain]
+            if full:
+                allowed = ~np.isin(row_dom, np.asarray(full, dtype=row_dom.dtype))
+        return allowed, SpreadRule(kind=SpreadKind.SPREAD, level=rule.level, hard=rule.hard,
+                                   weight=rule.weight, existing=frozenset(counts),
+                                   name=group, counts=counts, max_skew=rule.max_skew,
+                                   max_per_domain=rule.max_per_domain)
     if rule.type == "anti_affinity":
         allowed = ~np.isin(row_dom, existing_codes)
         kind = SpreadKind.ANTI_AFFINITY

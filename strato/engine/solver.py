@@ -31,6 +31,15 @@ REPAIR_ROUNDS = 4
 class SpreadKind(StrEnum):
     AFFINITY = "affinity"
     ANTI_AFFINITY = "anti_affinity"
+    # Even across the domains of a level: at most `max_skew` more in one domain
+    # than in the emptiest one that could take an instance, and at most
+    # `max_per_domain` in any.
+    SPREAD = "spread"
+
+
+# A hard spread rule pulls each pick to the least filled domain: this much
+# per instance already there outweighs any score (scores are within [0, 1]).
+SPREAD_PULL = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,10 @@ class SpreadRule:
     # False when the rule is about another group than the one the new
     # instances join: then only `existing` matters, not the new instances.
     among_new: bool = True
+    # SPREAD: members placed earlier per domain, and the limits.
+    counts: Mapping[str, int] = field(default_factory=dict)
+    max_skew: int = 1
+    max_per_domain: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +102,8 @@ def solve(options: Sequence[Option], free: Mapping[tuple[str, str], int], count:
                 return Assignment((i,), options[i].score)
         return None if atomic else Assignment((), 0.0)
     allowed = [i for i, o in enumerate(options) if _hard_ok_alone(o, rules)]
+    if any(r.kind is SpreadKind.SPREAD for r in rules):
+        return _spread(options, allowed, free, count, rules, atomic)
     affinity = [k for k, r in enumerate(rules)
                 if r.hard and r.kind is SpreadKind.AFFINITY and not r.existing and r.among_new]
     if not affinity:
@@ -126,6 +141,10 @@ def _hard_ok_alone(o: Option, rules: Sequence[SpreadRule]) -> bool:
         if not r.hard:
             continue
         d = _domain(o, r.level)
+        if r.kind is SpreadKind.SPREAD:
+            if r.max_per_domain is not None and r.counts.get(d, 0) >= r.max_per_domain:
+                return False
+            continue
         if r.kind is SpreadKind.ANTI_AFFINITY and d in r.existing:
             return False
         if r.kind is SpreadKind.AFFINITY and r.existing and d not in r.existing:
@@ -151,6 +170,14 @@ def _gain(o: Option, state: _State, rules: Sequence[SpreadRule],
     for k, r in enumerate(rules):
         d = doms[k] if doms is not None else _domain(o, r.level)
         used = state.used[k] if r.among_new else _NO_USE
+        if r.kind is SpreadKind.SPREAD:
+            have = used[d] + r.counts.get(d, 0)
+            if r.max_per_domain is not None and have + 1 > r.max_per_domain:
+                if r.hard:
+                    return None
+                gain -= r.weight
+            gain -= (SPREAD_PULL if r.hard else r.weight) * have
+            continue
         if r.kind is SpreadKind.ANTI_AFFINITY:
             clash = used[d] > 0 or d in r.existing
             if clash and r.hard:
@@ -177,7 +204,7 @@ def _greedy(options: Sequence[Option], allowed: Sequence[int],
     # Hard rules only: a gain is the option's score or nothing, so in order of
     # score (ties: the given order, as the full scan keeps its first) the first
     # option that fits and keeps the rules is the pick.
-    hard = all(r.hard for r in rules)
+    hard = all(r.hard and r.kind is not SpreadKind.SPREAD for r in rules)
     order = sorted(allowed, key=lambda i: -options[i].score) if hard else allowed
     for _ in range(count):
         best_i, best_gain = -1, float("-inf")
@@ -232,7 +259,7 @@ def _repair(options: Sequence[Option], allowed: Sequence[int],
     best_value = _objective(options, best, rules)
     # Without soft rules the objective is the sum of scores: only an option
     # that scores higher can improve a move (and the pool is best first).
-    soft = any(not r.hard for r in rules)
+    soft = any(not r.hard or r.kind is SpreadKind.SPREAD for r in rules)
     for _ in range(REPAIR_ROUNDS):
         improved = False
         for j in range(len(best)):
@@ -258,6 +285,10 @@ def violated(options: Sequence[Option], chosen: Sequence[int],
         if r.hard:
             continue
         doms = [_domain(options[i], r.level) for i in chosen]
+        if r.kind is SpreadKind.SPREAD:
+            if not _spread_ok(r, Counter(doms), _universe(options, range(len(options)), r)):
+                out.append(k)
+            continue
         if r.kind is SpreadKind.ANTI_AFFINITY:
             bad = any(d in r.existing for d in doms) or (
                 r.among_new and len(set(doms)) < len(doms))
@@ -288,3 +319,49 @@ def _objective(options: Sequence[Option], chosen: Sequence[int],
         for k, r in enumerate(rules):
             state.used[k][_domain(options[i], r.level)] += 1
     return total
+
+
+# -- spread (topology) ---------------------------------------------------------------------
+
+def _universe(options: Sequence[Option], allowed: Sequence[int] | range, rule: SpreadRule
+              ) -> set[str]:
+    """The domains that could take an instance: those the skew is measured over."""
+    return {_domain(options[i], rule.level) for i in allowed}
+
+
+def _spread_ok(rule: SpreadRule, mine: Counter[str], universe: set[str]) -> bool:
+    totals = {d: mine.get(d, 0) + rule.counts.get(d, 0) for d in universe | set(mine)}
+    if rule.max_per_domain is not None and any(
+            mine.get(d, 0) and n > rule.max_per_domain for d, n in totals.items()):
+        return False
+    if not universe:
+        return True
+    low = min(totals.get(d, 0) for d in universe)
+    return all(n - low <= rule.max_skew for d, n in totals.items() if mine.get(d, 0))
+
+
+def _spread(options: Sequence[Option], allowed: Sequence[int],
+            free: Mapping[tuple[str, str], int], count: int, rules: Sequence[SpreadRule],
+            atomic: bool) -> Assignment | None:
+    """Greedy with every pick pulled to the least filled domain of each spread
+    rule (so the spread is as even as room allows), then the hard spread
+    rules' skew checked over the domains that could take an instance. A
+    request that is not atomic keeps what keeps the skew."""
+    got = _greedy(options, allowed, free, count, rules, atomic)
+    if got is None:
+        return None
+    chosen = list(got.choices)
+    for r in rules:
+        if r.kind is not SpreadKind.SPREAD or not r.hard:
+            continue
+        universe = _universe(options, allowed, r)
+        while chosen and not _spread_ok(r, Counter(_domain(options[i], r.level)
+                                                   for i in chosen), universe):
+            if atomic:
+                return None
+            # Drop one from the fullest domain until the skew holds.
+            per = Counter(_domain(options[i], r.level) for i in chosen)
+            worst = max(per, key=lambda d: (per[d] + r.counts.get(d, 0), d))
+            chosen.remove(max(i for i in chosen if _domain(options[i], r.level) == worst))
+    return Assignment(tuple(chosen), _objective(options, chosen, rules),
+                      violated(options, chosen, rules))

@@ -116,11 +116,26 @@ class TagsRule(_Rule):
 
 
 class SpreadRuleSpec(_Rule):
-    type: Literal["affinity", "anti_affinity"]
+    type: Literal["affinity", "anti_affinity", "spread"]
     group: GroupName | None = Field(default=None, description="Server group; defaults to the "
-                              "request's `group`.")
+                              "request's `group`. For `spread`, optional: its members "
+                              "placed earlier count too.")
     level: str = Field(default="host", description="Failure-domain level: host, rack, "
-                       "room, site (names configurable per zone).")
+                       "room, site (names configurable per zone), or `zone` (each child "
+                       "zone of the zone that divides the request).")
+    max_skew: int = Field(default=1, ge=1, le=MAX_CONSUMERS, description="`spread` only: "
+                          "the most instances one domain may hold beyond the emptiest "
+                          "domain that could take one (as kube-scheduler's "
+                          "PodTopologySpread).")
+    max_per_domain: int | None = Field(default=None, ge=1, le=MAX_CONSUMERS,
+                                       description="`spread` only: at most this many in "
+                                       "one domain.")
+
+    @model_validator(mode="after")
+    def _spread_only(self) -> SpreadRuleSpec:
+        if self.type != "spread" and (self.max_skew != 1 or self.max_per_domain is not None):
+            raise ValueError("max_skew and max_per_domain are for rules of type spread")
+        return self
 
 
 Constraint = Annotated[LocationRule | TagsRule | SpreadRuleSpec, Field(discriminator="type")]
@@ -189,7 +204,8 @@ class ScheduleRequest(_Strict):
         if granular > 1 and self.group_policy is None:
             raise ValueError("group_policy is required with more than one granular group")
         for c in self.constraints:
-            if isinstance(c, SpreadRuleSpec) and (c.group or self.group) is None:
+            if (isinstance(c, SpreadRuleSpec) and c.type != "spread"
+                    and (c.group or self.group) is None):
                 raise ValueError(f"{c.type} needs a group: set `group` on the rule or the "
                                  "request")
         return self

@@ -31,7 +31,7 @@ from strato.engine.hosts import HostArrays, HostView
 from strato.engine.index import BoolArray, ProviderIndex
 from strato.engine.request import CandidateRequest, GroupPolicy, RequestGroup
 from strato.engine.service import Engine
-from strato.engine.solver import Assignment, Option, SpreadRule, solve
+from strato.engine.solver import Assignment, Option, SpreadKind, SpreadRule, solve
 from strato.engine.weighers import Scorer, WeigherConfig
 from strato.model import errors
 from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec, TagsRule
@@ -160,7 +160,9 @@ class Planner:
         # Soft rules weigh score against spread: they get the most room. Hard
         # ones only need enough domains, and the greedy takes them best first;
         # too few candidates for that and the loop below widens.
-        soft = any(not r.hard for r in rules)
+        # Spread rules measure the skew over the domains of the candidates:
+        # they get the most room too.
+        soft = any(not r.hard or r.kind is SpreadKind.SPREAD for r in rules)
         if soft:
             limit = max(MIN_CANDIDATES, CANDIDATES_PER_INSTANCE * count)
         elif count == 1 and not bonus:
@@ -501,6 +503,16 @@ class LocalScheduler:
             existing = {self.hosts.domain_of_root(root, rule.level)
                         for roots in members.values() for root in roots}
             mine = [o.domains.get(rule.level, o.host) for o in chosen]
+            if rule.type == "spread":
+                if rule.max_per_domain is not None:
+                    now: dict[str, int] = {}
+                    for roots in members.values():
+                        for d in {self.hosts.domain_of_root(r, rule.level) for r in roots}:
+                            now[d] = now.get(d, 0) + 1
+                    for d in set(mine):
+                        if now.get(d, 0) + mine.count(d) > rule.max_per_domain:
+                            raise _LostRace()
+                continue
             if rule.type == "anti_affinity" and any(d in existing for d in mine):
                 raise _LostRace()
             if rule.type == "affinity" and existing and any(d not in existing for d in mine):
@@ -681,7 +693,10 @@ def _solver_rule(m: RuleMask, join_group: str | None, *, hard: bool) -> SpreadRu
     s = m.spread
     return SpreadRule(kind=s.kind, level=s.level, hard=hard, weight=s.weight,
                       existing=s.existing, name=s.name,
-                      among_new=bool(join_group) and s.name == join_group)
+                      # A spread rule is about this request's instances in any case.
+                      among_new=s.kind is SpreadKind.SPREAD or (
+                          bool(join_group) and s.name == join_group),
+                      counts=s.counts, max_skew=s.max_skew, max_per_domain=s.max_per_domain)
 
 
 def _option(index: ProviderIndex, hosts: HostArrays, c: builder.Candidate,

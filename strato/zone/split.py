@@ -103,7 +103,7 @@ def must_split(req: ScheduleRequest, kids: Sequence[Child]) -> bool:
     """An anti-affinity rule above the children: no child may take two instances
     (a soft one: should not), so the request is divided from the start."""
     return len(req.consumers) > 1 and any(
-        r.type == "anti_affinity" for _, r in wide_rules(req, kids))
+        r.type in ("anti_affinity", "spread") for _, r in wide_rules(req, kids))
 
 
 def for_child(req: ScheduleRequest) -> ScheduleRequest:
@@ -123,6 +123,14 @@ def in_one_zone(req: ScheduleRequest) -> tuple[ScheduleRequest, list[dict[str, A
     anti-affinity rule over several instances."""
     relaxed = []
     for i, c in enumerate(req.constraints):
+        if (isinstance(c, SpreadRuleSpec) and c.level == ZONE_LEVEL and c.type == "spread"
+                and c.max_per_domain is not None and len(req.consumers) > c.max_per_domain):
+            if c.hard:
+                raise NoValidPlacement(
+                    f"no valid placement for {len(req.consumers)} consumer(s): spread at "
+                    f"level zone allows {c.max_per_domain} per zone, and this zone has no "
+                    "child zones", {"summary": "spread at level zone: max_per_domain"})
+            relaxed.append(_relaxed(i, c, req))
         if (isinstance(c, SpreadRuleSpec) and c.level == ZONE_LEVEL
                 and c.type == "anti_affinity" and len(req.consumers) > 1):
             if c.hard:
@@ -210,7 +218,12 @@ def allowed(req: ScheduleRequest, kids: Sequence[Child],
                 continue
             d = domain(k, r.level) or k.name
             g = r.group or req.group
-            if r.type == "anti_affinity":
+            if r.type == "spread":
+                if r.max_per_domain is not None and \
+                        occ.get(i, Counter())[d] >= r.max_per_domain:
+                    why = (Result.PRUNED, f"group {g} already has {r.max_per_domain} "
+                           f"member(s) in {r.level} {d} (spread, max_per_domain)")
+            elif r.type == "anti_affinity":
                 if occ.get(i, Counter())[d] > 0:
                     why = (Result.PRUNED, f"group {g} already has a member in {r.level} {d} "
                            "(hard anti_affinity)")
@@ -296,6 +309,8 @@ def _enough(tree: Splitter, req: ScheduleRequest, cands: Sequence[Child],
     for g in req.groups:
         for rc, amount in g.resources.items():
             want[rc] = want.get(rc, 0) + amount
+    if any(r.type == "spread" for _, r in wide):
+        return list(cands)  # the skew is measured over every domain with room
     one_each = any(r.type == "anti_affinity" for _, r in wide)
     n = len(req.consumers)
     promised = 0
@@ -352,6 +367,10 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
         else:
             relaxed.append(_relaxed(i, r, req))
     anti = [(i, r) for i, r in wide if r.type == "anti_affinity"]
+    spreads = [(i, r) for i, r in wide if r.type == "spread"]
+
+    def cap(r: SpreadRuleSpec) -> int | None:
+        return 1 if r.type == "anti_affinity" else r.max_per_domain
 
     def start() -> Counter[tuple[int, str]]:
         used: Counter[tuple[int, str]] = Counter()
@@ -367,7 +386,9 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
         for k, cnt in order:
             take = min(cnt, left)
             for i, r in caps:
-                take = min(take, 1 - used[(i, domain(k, r.level) or k.name)])
+                limit = cap(r)
+                if limit is not None:
+                    take = min(take, limit - used[(i, domain(k, r.level) or k.name)])
             if take <= 0:
                 continue
             for i, r in caps:
@@ -389,7 +410,9 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
             best = None
             for k, _cnt in order:
                 if took[k.name] >= room[k.name] or any(
-                        used[(i, domain(k, r.level) or k.name)] >= 1 for i, r in caps):
+                        (limit := cap(r)) is not None
+                        and used[(i, domain(k, r.level) or k.name)] >= limit
+                        for i, r in caps):
                     continue
                 key = (sum(used[(i, domain(k, r.level) or k.name)] for i, r in even),
                        took[k.name])
@@ -403,12 +426,49 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
                 used[(i, domain(k, r.level) or k.name)] += 1
         return [(k, took[k.name]) for k, _ in order if took[k.name]]
 
+    if spreads:
+        # Even across the domains (one at a time to the emptiest), within the
+        # caps; then the skew, over the domains of the children that could
+        # take an instance.
+        shares = balance([*anti, *spreads], [*spreads, *anti])
+        soft = [(i, r) for i, r in [*anti, *spreads] if not r.hard]
+        if sum(c for _, c in shares) < n and soft:
+            shares = balance([(i, r) for i, r in [*anti, *spreads] if r.hard],
+                             [*spreads, *anti])
+            relaxed += [_relaxed(i, r, req) for i, r in soft]
+        for i, r in spreads:
+            if _skew(shares, order, i, r, occ) <= r.max_skew:
+                continue
+            if r.hard:
+                return [], relaxed
+            if all(x["index"] != i for x in relaxed):
+                relaxed.append(_relaxed(i, r, req))
+        return shares, relaxed
     shares = fill(anti)
     soft = [(i, r) for i, r in anti if not r.hard]
     if sum(c for _, c in shares) < n and soft:
         shares = balance([(i, r) for i, r in anti if r.hard], soft)
         relaxed += [_relaxed(i, r, req) for i, r in soft]
     return shares, relaxed
+
+
+def _skew(shares: Sequence[tuple[Child, int]], order: Sequence[tuple[Child, int]], i: int,
+          r: SpreadRuleSpec, occ: Occupancy | None) -> int:
+    """The most one domain that gets instances holds beyond the emptiest domain
+    that could take one (the request's own and the group's earlier members)."""
+    totals: Counter[str] = Counter()
+    for d, c in (occ or {}).get(i, Counter()).items():
+        totals[d] += c
+    mine: set[str] = set()
+    for k, c in shares:
+        d = domain(k, r.level) or k.name
+        totals[d] += c
+        mine.add(d)
+    universe = {domain(k, r.level) or k.name for k, cnt in order if cnt > 0}
+    if not universe or not mine:
+        return 0
+    low = min(totals[d] for d in universe)
+    return max(totals[d] for d in mine) - low
 
 
 async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],

@@ -361,3 +361,35 @@ def test_group_names_are_checked(tmp_path: Path) -> None:
         r = await tree.client("global").get("/strato/v1/groups/nobody")
         assert r.status_code == 200 and r.json()["members"] == []
     run(tmp_path, scenario)
+
+
+FOUR_CELLS = [ZoneSpec("global"), *(ZoneSpec(f"c{i}", parent="global", location_prefix=f"s{i}")
+                                    for i in range(4))]
+
+
+def test_topology_spread_across_cells(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+        # Eight over four cells (sites), skew 1: two each.
+        r = await c.post("/strato/v1/schedule", json=req(
+            8, vcpu=1, constraints=[{"type": "spread", "level": "site"}]))
+        assert r.status_code == 200, r.text
+        assert sorted(cells(r.json()).values()) == [2, 2, 2, 2]
+        # At most one per zone: five cannot fit four zones.
+        r = await c.post("/strato/v1/schedule", json=req(
+            5, vcpu=1, constraints=[{"type": "spread", "level": "zone",
+                                     "max_per_domain": 1}]))
+        assert r.status_code == 409, r.text
+        # A group's earlier members count: two then two more, at most one per site.
+        for _ in range(2):
+            r = await c.post("/strato/v1/schedule", json=req(
+                2, vcpu=1, group="web", constraints=[{"type": "spread", "level": "site",
+                                                      "max_per_domain": 1}]))
+            assert r.status_code == 200, r.text
+        r = await c.post("/strato/v1/schedule", json=req(
+            1, vcpu=1, group="web", constraints=[{"type": "spread", "level": "site",
+                                                  "max_per_domain": 1}]))
+        assert r.status_code == 409, r.text
+        members = (await c.get("/strato/v1/groups/web")).json()["members"]
+        assert sorted(m["location"].split("/")[0] for m in members) == ["s0", "s1", "s2", "s3"]
+    run(tmp_path, scenario, zones=FOUR_CELLS, hosts=2)
