@@ -17,21 +17,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.tree import make_tree
+from benchmarks.tree import make_tree, write_results
 from strato.cli.demo import pct
 from strato.zone.inprocess import InProcessTree
 
@@ -132,15 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="strato-bench-split-") as tmp:
         rows = asyncio.run(run(args, Path(tmp)))
     console.print(table(rows))
-    doc = {"benchmark": "split", "when": datetime.now(UTC).isoformat(timespec="seconds"),
-           "argv": sys.argv[1:], "cores": os.cpu_count(),
-           "load_average_before": [round(x, 1) for x in load_before],
-           "load_average_after": [round(x, 1) for x in os.getloadavg()], "rows": rows}
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
-    console.print(f"wrote {path}; load average {load_before[0]:.1f} before, "
-                  f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores")
+    write_results(args.json, "split", load_before, rows=rows)
     return 0
 
 

@@ -314,17 +314,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(table(f"(c) cost per level: the same "
                                 f"{args.depth_cells * args.per_cell:,} hosts, in-process, one "
                                 "client", results["depth"]))
-    doc = {"benchmark": "tree", "when": datetime.now(UTC).isoformat(timespec="seconds"),
+    write_results(args.json, "tree", load_before,
+                  sqlite_synchronous=args.sqlite_synchronous or "FULL", **results)
+    return 0
+
+
+def write_results(where: str, name: str, load_before: tuple[float, float, float],
+                  **fields: Any) -> None:
+    """The run's figures as JSON, with when, how and the machine's load."""
+    doc = {"benchmark": name, "when": datetime.now(UTC).isoformat(timespec="seconds"),
            "argv": sys.argv[1:], "cores": os.cpu_count(),
-           "sqlite_synchronous": args.sqlite_synchronous or "FULL",
            "load_average_before": [round(x, 1) for x in load_before],
-           "load_average_after": [round(x, 1) for x in os.getloadavg()], **results}
-    path = Path(args.json)
+           "load_average_after": [round(x, 1) for x in os.getloadavg()], **fields}
+    path = Path(where)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
     console.print(f"wrote {path}; load average {load_before[0]:.1f} before, "
                   f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} cores")
-    return 0
 
 
 if __name__ == "__main__":

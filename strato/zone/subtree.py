@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Protocol, TypeVar
 from urllib.parse import urlencode
 
 from pydantic import Field
@@ -37,6 +37,8 @@ from strato.store.children import Child
 from strato.zone import protocol
 from strato.zone.attempt import Health
 from strato.zone.transport import Malformed, Reply, Transport, Unreachable
+
+M = TypeVar("M", bound=protocol._Message)
 
 
 class Tree(Protocol):
@@ -99,26 +101,34 @@ async def _get(tree: Tree, child: Child, path: str
         return None, f"{child.name}: {exc.why}"[:200]
 
 
-async def find_consumer(tree: Tree, consumer: str) -> Found | None:
-    """The child whose subtree holds `consumer`, with its allocations there (1.39
-    shape); None if no child holds it. Raises 503 if it was found nowhere and
-    a child could not say."""
+async def _ask_all(tree: Tree, path: str, model: type[M], what: str
+                   ) -> tuple[list[tuple[Child, M]], list[str]]:
+    """Every child's answer to `GET path`, validated; and why the others have none."""
     kids = await tree.children()
-    got = await asyncio.gather(*(_get(tree, c, f"/allocations/{consumer}") for c in kids))
+    got = await asyncio.gather(*(_get(tree, c, path) for c in kids))
+    answers: list[tuple[Child, M]] = []
     missing = []
     for c, (reply, why) in zip(kids, got, strict=True):
         if reply is None or reply.status != 200:
             missing.append(why or f"{c.name}: answered {reply.status if reply else '?'}")
             continue
         try:
-            body = protocol._dump(protocol._parse(ConsumerAllocations, reply.body,
-                                                  "consumer allocations"))
+            answers.append((c, protocol._parse(model, reply.body, what)))
         except protocol.Faulty as exc:
             tree.health_of(c.name).failed(f"faulty: {exc.reason}", faulty=True)
             missing.append(f"{c.name}: faulty")
-            continue
-        if body["allocations"]:
-            return Found(c, body)
+    return answers, missing
+
+
+async def find_consumer(tree: Tree, consumer: str) -> Found | None:
+    """The child whose subtree holds `consumer`, with its allocations there (1.39
+    shape); None if no child holds it. Raises 503 if it was found nowhere and
+    a child could not say."""
+    answers, missing = await _ask_all(tree, f"/allocations/{consumer}", ConsumerAllocations,
+                                      "consumer allocations")
+    for c, got in answers:
+        if got.allocations:
+            return Found(c, protocol._dump(got))
     if missing:
         raise _unavailable(f"consumer {consumer} is not in this zone", missing)
     return None
@@ -165,25 +175,14 @@ async def usages(tree: Tree, params: Mapping[str, str]) -> dict[str, dict[str, i
     """Every child's usages by consumer type (1.38 shape: {type: {class: n,
     consumer_count: n}}) summed. Raises 503 naming the children that could not
     say: a partial count would be wrong (quotas are counted with it)."""
-    kids = await tree.children()
-    path = "/usages?" + urlencode(dict(params))
-    got = await asyncio.gather(*(_get(tree, c, path) for c in kids))
+    answers, missing = await _ask_all(tree, "/usages?" + urlencode(dict(params)), _Usages,
+                                      "usages")
+    if missing:
+        raise _unavailable("usages of this zone's subtree", missing)
     total: dict[str, dict[str, int]] = {}
-    missing = []
-    for c, (reply, why) in zip(kids, got, strict=True):
-        if reply is None or reply.status != 200:
-            missing.append(why or f"{c.name}: answered {reply.status if reply else '?'}")
-            continue
-        try:
-            body = protocol._parse(_Usages, reply.body, "usages")
-        except protocol.Faulty as exc:
-            tree.health_of(c.name).failed(f"faulty: {exc.reason}", faulty=True)
-            missing.append(f"{c.name}: faulty")
-            continue
+    for _, body in answers:
         for ctype, counts in body.usages.items():
             acc = total.setdefault(ctype, {})
             for k, n in counts.items():
                 acc[k] = acc.get(k, 0) + n
-    if missing:
-        raise _unavailable("usages of this zone's subtree", missing)
     return total
