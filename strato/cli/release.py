@@ -1,0 +1,62 @@
+"""`strato release CONSUMER...`: delete consumers' allocations at a zone.
+
+At a zone with children the consumer is found below (strato/zone/subtree.py),
+so the root releases what was placed through it. Exit codes: 0 every
+consumer released; 1 one or more held nothing (404); 2 bad input or an error
+answer; 3 the zone (or the part of the tree holding a consumer) could not be
+reached (503 or no connection): retry.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import typer
+from rich.console import Console
+
+from strato.cli.schedule import TOKEN, URL
+
+console = Console()
+err = Console(stderr=True)
+
+
+def _detail(r: httpx.Response) -> str:
+    try:
+        return str(r.json()["errors"][0]["detail"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return r.text[:200]
+
+
+def release(consumers: list[str] = typer.Argument(..., help="Consumer UUIDs."),
+            url: str = URL, token: str = TOKEN,
+            timeout: float = typer.Option(30.0, help="Seconds to wait for each answer.")
+            ) -> None:
+    """Release consumers: delete their allocations wherever they are below this zone."""
+    for c in consumers:
+        try:
+            uuid.UUID(c)
+        except ValueError:
+            err.print(f"[red]not a consumer UUID[/]: {c}")
+            raise typer.Exit(2) from None
+    code = 0
+    headers = {"x-auth-token": token, "openstack-api-version": "placement 1.39"}
+    with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
+        for c in consumers:
+            try:
+                r = client.delete(f"/allocations/{c}")
+            except httpx.HTTPError as exc:
+                err.print(f"[red]{url} could not be reached[/]: {exc}; retry")
+                raise typer.Exit(3) from None
+            if r.status_code == 204:
+                console.print(f"released {c}")
+            elif r.status_code == 404:
+                console.print(f"[yellow]{c} holds nothing here[/]")
+                code = max(code, 1)
+            elif r.status_code == 503:
+                err.print(f"[red]{c}: part of the tree could not be asked[/]: {_detail(r)}")
+                raise typer.Exit(3)
+            else:
+                err.print(f"[red]{c}: {r.status_code}[/] {_detail(r)}")
+                raise typer.Exit(2)
+    raise typer.Exit(code)
