@@ -6,6 +6,8 @@ import ipaddress
 import logging
 import os
 import sys
+from pathlib import Path
+from typing import Any
 
 import typer
 from fastapi import FastAPI
@@ -46,7 +48,112 @@ def _is_loopback(host: str) -> bool:
 
 
 def _db_url(db: str | None, data_dir: str | None) -> str:
-    return db or os.environ.get("STRATO_DB") or default_sqlite_url(data_dir)
+    url = db or os.environ.get("STRATO_DB")
+    if not url:
+        try:
+            url = default_sqlite_url(data_dir)
+        except OSError as exc:
+            console.print(f"[red]cannot create the data directory[/] "
+                          f"{exc.filename or data_dir}: {exc.strerror}; pass --data-dir or "
+                          "--db with a writable path")
+            raise typer.Exit(1) from None
+    # The usual spellings of a PostgreSQL URL, with the driver Strato ships.
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def _is_http_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _check_port(host: str, port: int) -> None:
+    """One clear line, before anything starts, when the address is taken."""
+    import socket
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            console.print(f"[red]cannot listen on {host}:{port}[/]: {exc.strerror}; pick "
+                          "another --port or stop what uses it")
+            raise typer.Exit(1) from None
+
+
+def _prepare_database(url: str, create: bool) -> None:
+    """Migrate the schema; a database that cannot be used ends in one line
+    saying what to do (exit 1), not a traceback."""
+    import sqlalchemy as sa
+
+    from strato.store.migrate import upgrade
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        where = Path(url[len("sqlite:///"):]).expanduser().resolve().parent
+        if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
+            console.print(f"[red]cannot use {url}[/]: the directory {where} does not exist "
+                          "or is not writable; pass --data-dir or --db with a writable path")
+            raise typer.Exit(1)
+    database = Database(url)
+    try:
+        try:
+            upgrade(database)
+        except sa.exc.OperationalError as exc:
+            if url.startswith("postgresql") and _pg_missing(url):
+                name = sa.engine.make_url(url).database
+                if not create:
+                    console.print(f"[red]database {name!r} does not exist[/] at "
+                                  f"{_redact(url)}: create it (createdb {name}) or pass "
+                                  "--create-db")
+                    raise typer.Exit(1) from None
+                _pg_create(url)
+                database.dispose()
+                database = Database(url)
+                upgrade(database)
+                console.print(f"created database {name!r}")
+            else:
+                first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+                console.print(f"[red]cannot use the database[/] {_redact(url)}: {first}")
+                raise typer.Exit(1) from None
+        except sa.exc.ArgumentError as exc:
+            console.print(f"[red]invalid --db[/] {_redact(url)}: {exc}")
+            raise typer.Exit(2) from None
+    finally:
+        database.dispose()
+
+
+def _pg_admin_url(url: str) -> Any:
+    import sqlalchemy as sa
+    return sa.engine.make_url(url).set(database="postgres")
+
+
+def _pg_missing(url: str) -> bool:
+    """The server answers and has no database of that name."""
+    import sqlalchemy as sa
+    name = sa.engine.make_url(url).database
+    engine = sa.create_engine(_pg_admin_url(url))
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                                {"n": name}).first() is None
+    except sa.exc.SQLAlchemyError:
+        return False  # the server itself is not reachable: another message
+    finally:
+        engine.dispose()
+
+
+def _pg_create(url: str) -> None:
+    import sqlalchemy as sa
+    name = sa.engine.make_url(url).database or ""
+    engine = sa.create_engine(_pg_admin_url(url), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            quoted = conn.dialect.identifier_preparer.quote(name)
+            conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
+    finally:
+        engine.dispose()
 
 
 @app.command()
@@ -116,6 +223,8 @@ def serve(
                                help="Placement's policy defaults: legacy (its default), "
                                "secure (new defaults only) or open (any authenticated "
                                "caller)."),
+    create_db: bool = typer.Option(False, "--create-db", help="Create the PostgreSQL "
+                                   "database named in --db if it does not exist."),
     sqlite_synchronous: str = typer.Option(
         "FULL", envvar="STRATO_SQLITE_SYNCHRONOUS",
         help="SQLite's durability: FULL (default: every commit is on disk before it is "
@@ -174,11 +283,13 @@ def serve(
                         cors_allowed_origins=tuple(cors_allowed_origin),
                         cors_allow_headers=tuple(cors_allow_header), policy=policy,
                         sqlite_synchronous=sqlite_synchronous)
+    if parent is not None and not _is_http_url(parent):
+        console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
+                      "URL (e.g. http://10.0.0.1:8780)")
+        raise typer.Exit(2)
+    _check_port(host, port)
     # Migrate once, before workers start, so they do not race on it.
-    from strato.store.migrate import upgrade
-    database = Database(url)
-    upgrade(database)
-    database.dispose()
+    _prepare_database(url, create_db)
     console.print(f"strato serving on http://{host}:{port} database={_redact(url)}")
     logging.basicConfig(level=log_level.upper())
     if workers > 1:

@@ -1,0 +1,79 @@
+"""`strato serve` mistakes end in one clear line and a documented exit code,
+never a traceback: a missing PostgreSQL database (and --create-db), the
+`postgres://` spelling, an unwritable SQLite directory, a taken port, a
+--parent without a scheme."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from strato.process import ServerProcess, free_port
+from tests.conftest import _pg_admin
+
+pytestmark = pytest.mark.slow
+
+
+def serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "strato.cli.main", "serve",
+                           "--port", str(free_port()), *args],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def one_line(r: subprocess.CompletedProcess[str]) -> str:
+    out = r.stdout + r.stderr
+    assert "Traceback" not in out, out
+    return out
+
+
+@pytest.mark.postgres
+def test_a_missing_postgresql_database(tmp_path: Path) -> None:
+    name = f"strato_missing_{uuid.uuid4().hex[:8]}"
+    for url in (f"postgresql+psycopg://postgres@127.0.0.1/{name}",
+                f"postgres://postgres@127.0.0.1/{name}"):
+        r = serve("--db", url)
+        assert r.returncode == 1
+        assert f"database '{name}' does not exist" in one_line(r)
+        assert "--create-db" in r.stdout + r.stderr
+    # --create-db makes it, and the server starts on it.
+    s = ServerProcess(f"postgres://postgres@127.0.0.1/{name}", extra=["--create-db"],
+                      log_path=tmp_path / "server.log")
+    try:
+        s.start()
+    finally:
+        s.stop()
+        admin = _pg_admin()
+        with admin.connect() as c:
+            found = c.exec_driver_sql(
+                f"SELECT 1 FROM pg_database WHERE datname = '{name}'").first()
+            c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+    assert found is not None
+
+
+def test_an_unwritable_directory(tmp_path: Path) -> None:
+    r = serve("--db", "sqlite:////proc/strato-nowhere/x.db")
+    assert r.returncode == 1 and "not writable" in one_line(r)
+    r = serve("--data-dir", "/proc/strato-nowhere")
+    assert r.returncode == 1 and "cannot create the data directory" in one_line(r)
+
+
+def test_a_taken_port_and_a_bad_parent(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "strato.cli.main", "serve", "--db",
+                            f"sqlite:///{tmp_path / 'x.db'}", "--port", str(port)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "cannot listen" in one_line(r)
+        assert "serving on" not in r.stdout + r.stderr
+    r = serve("--db", f"sqlite:///{tmp_path / 'y.db'}", "--parent", "127.0.0.1:8780")
+    assert r.returncode == 2 and "invalid --parent" in one_line(r)
