@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from strato import logs
 from strato.api import microversion
 from strato.api.auth import CONTEXT_KEY, AuthStrategy
 from strato.api.responses import REQUEST_ID_KEY, accept_ranges, error_response
@@ -44,6 +45,9 @@ class StratoMiddleware:
         scope[REQUEST_ID_KEY] = request_id
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope["headers"]}
+        # Every log line of this request names it (strato/logs.py).
+        logs.REQUEST_ID.set(request_id)
+        logs.GLOBAL_REQUEST_ID.set(headers.get("x-openstack-request-id", "-")[:64])
         out_headers: list[tuple[bytes, bytes]] = [
             (b"x-openstack-request-id", request_id.encode())]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import logging.config
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import typer
 from fastapi import FastAPI
 from rich.console import Console
 
+from strato import logs
 from strato.config import Settings
 from strato.model.location import LocationError, canonical_location, canonical_tags
 from strato.store.db import Database, default_sqlite_url
@@ -170,7 +172,11 @@ def serve(
                                    "Without one the server runs in development mode "
                                    "(Placement noauth2 behaviour) on loopback only."),
     workers: int = typer.Option(1, help="Server processes (PostgreSQL only for >1)."),
-    log_level: str = typer.Option("warning", help="uvicorn log level."),
+    log_level: str = typer.Option("warning", help="Log level of the server's own lines "
+                                  "(access lines are logged at info)."),
+    log_format: str = typer.Option("text", help="text or json (one JSON object a line)."),
+    access_log: bool = typer.Option(True, "--access-log/--no-access-log",
+                                    help="A line per HTTP request (at info)."),
     stale_after: float = typer.Option(90.0, envvar="STRATO_STALE_AFTER",
                                       help="Seconds without a report after which a provider "
                                       "that has an agent is stale (excluded from new "
@@ -291,7 +297,11 @@ def serve(
     # Migrate once, before workers start, so they do not race on it.
     _prepare_database(url, create_db)
     console.print(f"strato serving on http://{host}:{port} database={_redact(url)}")
-    logging.basicConfig(level=log_level.upper())
+    if log_format not in logs.FORMATS:
+        console.print(f"[red]invalid --log-format[/]: {log_format} (text or json)")
+        raise typer.Exit(2)
+    log_config = logs.config(log_level, log_format)
+    logging.config.dictConfig(log_config)
     if workers > 1:
         if parent or tag or location_prefix:
             console.print("[red]zone tree options need --workers 1[/] (one process per zone)")
@@ -312,11 +322,12 @@ def serve(
         os.environ["STRATO_CORS_ALLOWED_ORIGINS"] = ",".join(cors_allowed_origin)
         os.environ["STRATO_CORS_ALLOW_HEADERS"] = ",".join(cors_allow_header)
         uvicorn.run("strato.cli.main:app_from_env", factory=True, host=host, port=port,
-                    workers=workers, log_level=log_level,
+                    workers=workers, log_config=log_config, access_log=access_log,
                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     else:
         uvicorn.run(create_app(settings, migrate=False), host=host, port=port,
-                    log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                    log_config=log_config, access_log=access_log,
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
 
 
 # On SIGTERM, requests still at work get this long: a request can have a
