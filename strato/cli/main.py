@@ -408,6 +408,7 @@ from strato.cli.providers import providers as _providers_command  # noqa: E402
 from strato.cli.release import release as _release_command  # noqa: E402
 from strato.cli.schedule import explain as _explain_command  # noqa: E402
 from strato.cli.schedule import schedule as _schedule_command  # noqa: E402
+from strato.cli.tree import tree as _tree_command  # noqa: E402
 from strato.sim.cli import sim as _sim_command  # noqa: E402
 
 app.command("agent")(_agent_command)
@@ -415,6 +416,7 @@ app.command("providers")(_providers_command)
 app.command("schedule")(_schedule_command)
 app.command("explain")(_explain_command)
 app.command("release")(_release_command)
+app.command("tree")(_tree_command)
 app.command("sim")(_sim_command)
 
 

@@ -1,0 +1,101 @@
+"""`strato tree`: the zone tree at a glance, from any zone.
+
+Each zone's own summary (capacity and use per class), then its children as
+it sees them (health, requests in doubt, last error), and, down their
+registered URLs, their children in turn. A zone that cannot be asked is
+shown with why; the rest of the tree is still shown. Exit codes: 0 every zone
+answered and is healthy; 1 some zone is unhealthy or could not be asked;
+3 the first zone could not be reached.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.tree import Tree
+
+from strato.cli.schedule import TOKEN, URL
+
+console = Console()
+BAR = 20
+
+
+def _bar(used: int, capacity: int) -> str:
+    share = used / capacity if capacity else 0.0
+    filled = round(share * BAR)
+    color = "green" if share < 0.7 else "yellow" if share < 0.9 else "red"
+    return f"[{color}]{'█' * filled}[/]{'░' * (BAR - filled)} {share:5.1%}"
+
+
+def _classes(summary: dict[str, Any]) -> list[str]:
+    out = []
+    for rc, c in sorted(summary.get("classes", {}).items()):
+        out.append(f"{rc:<12} {_bar(int(c.get('used', 0)), int(c.get('capacity', 0)))}"
+                   f"  {c.get('used', 0):,}/{c.get('capacity', 0):,}"
+                   f"  largest free {c.get('largest_free', 0):,}")
+    return out
+
+
+def _get(client: httpx.Client, url: str, path: str) -> dict[str, Any]:
+    r = client.get(url.rstrip("/") + path)
+    r.raise_for_status()
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[str, Any]
+          ) -> None:
+    try:
+        summary = _get(client, url, "/strato/v1/summary?fresh=true")
+        kids = _get(client, url, "/strato/v1/children")["children"]
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        node.add(f"[red]could not be asked[/]: {exc}")
+        state["bad"] = True
+        return
+    state["zones"].append({"url": url, "summary": summary, "children": kids})
+    for line in _classes(summary):
+        node.add(line)
+    for k in kids:
+        h = k.get("health", {})
+        ok = bool(h.get("healthy"))
+        label = (f"[bold]{k['name']}[/] {k.get('location_prefix') or ''} "
+                 f"{'[green]healthy[/]' if ok else '[red]unhealthy[/]'}")
+        if k.get("in_doubt"):
+            label += f" [yellow]{k['in_doubt']} in doubt[/]"
+        if not ok:
+            state["bad"] = True
+            if h.get("last_error"):
+                label += f" — {str(h['last_error'])[:100]}"
+        child = node.add(label)
+        if depth > 1 and ok and str(k.get("url", "")).startswith(("http://", "https://")):
+            _walk(client, str(k["url"]), child, depth - 1, state)
+        elif k.get("summary"):
+            for line in _classes(k["summary"]):
+                child.add(line)
+
+
+def tree(url: str = URL, token: str = TOKEN,
+         depth: int = typer.Option(8, min=1, help="How many levels below to ask."),
+         as_json: bool = typer.Option(False, "--json", help="What each zone said, as JSON."),
+         timeout: float = typer.Option(5.0, help="Seconds to wait for each zone.")) -> None:
+    """The zone tree at a glance: capacity and use per class, health, requests in doubt."""
+    headers = {"x-auth-token": token, "openstack-api-version": "placement 1.39"}
+    state: dict[str, Any] = {"bad": False, "zones": []}
+    with httpx.Client(headers=headers, timeout=timeout) as client:
+        try:
+            top = _get(client, url, "/strato/v1/summary?fresh=true")
+        except (httpx.HTTPError, ValueError) as exc:
+            Console(stderr=True).print(f"[red]{url} could not be asked[/]: {exc}")
+            raise typer.Exit(3) from None
+        root = Tree(f"[bold]{top.get('zone', url)}[/] {top.get('location_prefix') or ''} "
+                    f"({top.get('providers', 0):,} providers below)")
+        _walk(client, url, root, depth, state)
+    if as_json:
+        print(json.dumps(state["zones"], indent=2))
+    else:
+        console.print(root)
+    raise typer.Exit(1 if state["bad"] else 0)
