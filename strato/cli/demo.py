@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
+from strato.cli.tree import render
 from strato.model import errors
 from strato.process import ServerProcess, free_port
 from strato.sim.invariants import Violation, check_databases
@@ -768,6 +769,15 @@ def run_demo(providers: int = 2000, requests: int = 500, keep: bool = False,
                           f"provider over capacity, no consumer allocated twice, every "
                           f"placed consumer ({len(live)}) holds its allocations and nothing "
                           "else does")
+        root_url = zp.url(zp.zones[0].name)
+        try:
+            view, _ = render(root_url, HEADERS.get("x-auth-token", "admin"))
+            console.print("the tree now (strato tree --url " + root_url + "):")
+            console.print(view)
+        except Exception as exc:  # a view, not a check: say so and go on
+            console.print(f"[yellow]strato tree could not be shown[/]: {exc}")
+        console.print(f"every zone serves /healthz, /readyz and /metrics (Prometheus), "
+                      f"e.g. {root_url}/metrics while the demo's zones run")
         return 1 if failed else 0
     except Exception as exc:  # the demo must explain, not dump a traceback
         console.print(f"[red]demo failed:[/] {exc}; zone logs in {root_dir}")

@@ -21,7 +21,7 @@ from rich.tree import Tree
 from strato.cli.schedule import TOKEN, URL
 
 console = Console()
-BAR = 20
+BAR = 12
 
 
 def _bar(used: int, capacity: int) -> str:
@@ -34,9 +34,9 @@ def _bar(used: int, capacity: int) -> str:
 def _classes(summary: dict[str, Any]) -> list[str]:
     out = []
     for rc, c in sorted(summary.get("classes", {}).items()):
-        out.append(f"{rc:<12} {_bar(int(c.get('used', 0)), int(c.get('capacity', 0)))}"
+        out.append(f"{rc:<10} {_bar(int(c.get('used', 0)), int(c.get('capacity', 0)))}"
                    f"  {c.get('used', 0):,}/{c.get('capacity', 0):,}"
-                   f"  largest free {c.get('largest_free', 0):,}")
+                   f" (one host: {c.get("largest_free", 0):,})")
     return out
 
 
@@ -78,22 +78,30 @@ def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[st
                 child.add(line)
 
 
+def render(url: str, token: str, *, depth: int = 8, timeout: float = 5.0
+           ) -> tuple[Tree, dict[str, Any]]:
+    """The tree below the zone at `url`, and what each zone said ({"bad",
+    "zones"}); raises httpx.HTTPError when that zone cannot be asked."""
+    headers = {"x-auth-token": token, "openstack-api-version": "placement 1.39"}
+    state: dict[str, Any] = {"bad": False, "zones": []}
+    with httpx.Client(headers=headers, timeout=timeout) as client:
+        top = _get(client, url, "/strato/v1/summary?fresh=true")
+        root = Tree(f"[bold]{top.get('zone', url)}[/] {top.get('location_prefix') or ''} "
+                    f"({top.get('providers', 0):,} providers below)")
+        _walk(client, url, root, depth, state)
+    return root, state
+
+
 def tree(url: str = URL, token: str = TOKEN,
          depth: int = typer.Option(8, min=1, help="How many levels below to ask."),
          as_json: bool = typer.Option(False, "--json", help="What each zone said, as JSON."),
          timeout: float = typer.Option(5.0, help="Seconds to wait for each zone.")) -> None:
     """The zone tree at a glance: capacity and use per class, health, requests in doubt."""
-    headers = {"x-auth-token": token, "openstack-api-version": "placement 1.39"}
-    state: dict[str, Any] = {"bad": False, "zones": []}
-    with httpx.Client(headers=headers, timeout=timeout) as client:
-        try:
-            top = _get(client, url, "/strato/v1/summary?fresh=true")
-        except (httpx.HTTPError, ValueError) as exc:
-            Console(stderr=True).print(f"[red]{url} could not be asked[/]: {exc}")
-            raise typer.Exit(3) from None
-        root = Tree(f"[bold]{top.get('zone', url)}[/] {top.get('location_prefix') or ''} "
-                    f"({top.get('providers', 0):,} providers below)")
-        _walk(client, url, root, depth, state)
+    try:
+        root, state = render(url, token, depth=depth, timeout=timeout)
+    except (httpx.HTTPError, ValueError) as exc:
+        Console(stderr=True).print(f"[red]{url} could not be asked[/]: {exc}")
+        raise typer.Exit(3) from None
     if as_json:
         print(json.dumps(state["zones"], indent=2))
     else:
