@@ -36,7 +36,7 @@ def _classes(summary: dict[str, Any]) -> list[str]:
     for rc, c in sorted(summary.get("classes", {}).items()):
         out.append(f"{rc:<10} {_bar(int(c.get('used', 0)), int(c.get('capacity', 0)))}"
                    f"  {c.get('used', 0):,}/{c.get('capacity', 0):,}"
-                   f" (one host: {c.get("largest_free", 0):,})")
+                   f" (one host: {c.get('largest_free', 0):,})")
     return out
 
 
