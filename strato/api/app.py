@@ -185,9 +185,11 @@ def create_app(settings: Settings, *, db: Database | None = None,
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
+        rid = _rid(request)
+        # Answered outside the middleware that adds the header to every other answer.
         return error_response(500, "Internal Server Error",
                               f"unexpected error: {type(exc).__name__}", errors.DEFAULT,
-                              _rid(request))
+                              rid, {"x-openstack-request-id": rid} if rid else None)
 
     for router in ROUTERS:
         app.include_router(router)

@@ -65,8 +65,10 @@ class TokenAuth:
         self._token = token.encode()
 
     def authenticate(self, headers: dict[str, str]) -> Context:
-        given = _token(headers)
-        if not hmac.compare_digest(given.encode(), self._token):
+        # Header values arrive decoded as latin-1 (their bytes, one by one): back
+        # to bytes, they compare with the token's UTF-8, so a non-ASCII token works.
+        given = _token(headers).encode("latin-1", "replace")
+        if not hmac.compare_digest(given, self._token):
             raise Unauthorized("The X-Auth-Token is not valid")
         return Context(user_id="admin", project_id="admin", roles=frozenset({"admin"}))
 

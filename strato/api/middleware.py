@@ -83,6 +83,20 @@ class StratoMiddleware:
             await resp(scope, receive, send_with_headers)
             return
 
+        if "content-length" not in headers and scope["method"] in ("POST", "PUT", "PATCH"):
+            # A body without a length (chunked): read it here, up to the limit,
+            # so that an oversize one is a 413 on every route (a route that
+            # parses its body itself would otherwise make the error a 400 or
+            # a 500), then hand it on. Memory: at most the limit.
+            body = await _read_capped(receive, self.max_body_bytes)
+            if body is None:
+                big = errors.PayloadTooLarge(
+                    f"request body exceeds the limit of {self.max_body_bytes} bytes")
+                resp = error_response(big.status, big.title, big.detail, big.code, request_id,
+                                      accept=headers.get("accept"))
+                await resp(scope, receive, send_with_headers)
+                return
+            receive = _replay(body, receive)
         await self.app(scope, self._limited(receive), send_with_headers)
 
     def _limited(self, receive: Receive) -> Receive:
@@ -100,6 +114,36 @@ class StratoMiddleware:
             return message
 
         return wrapped
+
+
+async def _read_capped(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None once it is longer than `limit`."""
+    chunks: list[bytes] = []
+    seen = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        seen += len(chunk)
+        if seen > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # the disconnect, when it comes
+    return again
 
 
 def _absolute(scope: Scope, headers: dict[str, str], key: bytes, value: bytes

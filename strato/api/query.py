@@ -43,6 +43,10 @@ def is_uuid(value: str) -> bool:
     return True
 
 
+# The largest amount a query may ask: what a database integer holds.
+MAX_AMOUNT = 2**63 - 1
+
+
 def parse_resources(value: str, param: str = "resources") -> tuple[tuple[str, int], ...]:
     """(class, amount) pairs, checked and worded as Placement's util does (its messages
     name `resources` whatever the group suffix; a repeated class keeps its last amount)."""
@@ -65,6 +69,10 @@ def parse_resources(value: str, param: str = "resources") -> tuple[tuple[str, in
         if n < 1:
             raise errors.BadRequest(f"Requested resource {rc} requires amount >= 1. Got: {n}.",
                                     errors.QUERYPARAM_BAD_VALUE)
+        if n > MAX_AMOUNT:
+            raise errors.BadRequest(
+                f"Invalid query string parameters: {param}: requested amount of {rc} is "
+                f"larger than {MAX_AMOUNT}. Got: {n}.", errors.QUERYPARAM_BAD_VALUE)
         out[rc] = n
     return tuple(out.items())
 

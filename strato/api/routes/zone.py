@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from typing import Any
+import uuid as uuidlib
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -70,10 +71,34 @@ class ChildSpec(BaseModel):
             raise ValueError(str(exc)) from None
 
 
+class ClaimShare(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    resources: dict[Annotated[str, Field(pattern=r"^[A-Z0-9_]{1,255}$")],
+                    Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(min_length=1)
+
+
 class ClaimPlacement(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     consumer_uuid: str
-    allocations: dict[str, dict[str, Any]]
+    allocations: dict[str, ClaimShare] = Field(min_length=1, max_length=64)
+
+    @field_validator("consumer_uuid")
+    @classmethod
+    def _consumer(cls, v: str) -> str:
+        try:
+            return str(uuidlib.UUID(v))
+        except ValueError:
+            raise ValueError(f"consumer_uuid must be a UUID, got {v[:64]!r}") from None
+
+    @field_validator("allocations")
+    @classmethod
+    def _providers(cls, v: dict[str, ClaimShare]) -> dict[str, ClaimShare]:
+        for rp in v:
+            try:
+                uuidlib.UUID(rp)
+            except ValueError:
+                raise ValueError(f"allocations: provider {rp[:64]!r} is not a UUID") from None
+        return v
 
 
 class ClaimRequest(BaseModel):

@@ -1,0 +1,96 @@
+"""Hostile input gets a clear 4xx and changes nothing (issue 15's findings)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from strato.api.app import create_app
+from strato.config import Settings
+from strato.store.db import Database
+from tests.conftest import ADMIN
+
+LIMIT = 1024 * 1024
+
+
+@pytest.fixture
+def small(sqlite_db_url: str) -> Iterator[TestClient]:
+    db = Database(sqlite_db_url)
+    app = create_app(Settings(db_url=db.url, max_body_bytes=LIMIT), db=db, migrate=False)
+    with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as c:
+        yield c
+    db.dispose()
+
+
+def chunks(n: int) -> Iterator[bytes]:
+    for _ in range(n):
+        yield b"x" * (100 * 1024)
+
+
+@pytest.mark.parametrize("path", ["/strato/v1/schedule", "/strato/v1/children",
+                                  "/strato/v1/claims", "/resource_providers",
+                                  "/allocations"])
+def test_an_oversize_chunked_body_is_413_on_every_route(small: TestClient, path: str) -> None:
+    r = small.post(path, content=chunks(20), headers={"content-type": "application/json"})
+    assert r.status_code == 413, r.text
+    assert r.json()["errors"][0]["status"] == 413
+    assert r.headers["x-openstack-request-id"]
+
+
+def test_a_chunked_body_under_the_limit_still_works(small: TestClient) -> None:
+    body = b'{"name": "h1"}'
+    r = small.post("/resource_providers", content=iter([body[:5], body[5:]]),
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("path", ["/resource_providers", "/allocation_candidates"])
+def test_an_out_of_range_amount_is_400(client: TestClient, path: str) -> None:
+    r = client.get(f"{path}?resources=VCPU:9223372036854775808")
+    assert r.status_code == 400, r.text
+    assert "resources" in r.json()["errors"][0]["detail"]
+
+
+def test_claims_take_uuids_and_well_formed_allocations(client: TestClient) -> None:
+    base = {"path": [], "project_id": "p", "user_id": "u"}
+    r = client.post("/strato/v1/claims", json={**base, "placements": [
+        {"consumer_uuid": "../../etc", "allocations": {str(uuid.uuid4()): {
+            "resources": {"VCPU": 1}}}}]})
+    assert r.status_code == 400 and "consumer_uuid" in r.text
+    r = client.post("/strato/v1/claims", json={**base, "placements": [
+        {"consumer_uuid": str(uuid.uuid4()), "allocations": {"x": {"resources": "bad"}}}]})
+    assert r.status_code == 400, r.text
+    r = client.post("/strato/v1/claims", json={**base, "placements": [
+        {"consumer_uuid": str(uuid.uuid4()), "allocations": {str(uuid.uuid4()): {
+            "resources": {"VCPU": 2**40}}}}]})
+    assert r.status_code == 400, r.text
+
+
+def test_a_non_ascii_token(sqlite_db_url: str, tmp_path: Path) -> None:
+    db = Database(sqlite_db_url)
+    app = create_app(Settings(db_url=db.url, auth_token="tökén-✓"), db=db, migrate=False)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        ok = c.get("/resource_providers", headers={"x-auth-token": "tökén-✓".encode()})
+        assert ok.status_code == 200, ok.text
+        assert c.get("/resource_providers",
+                     headers={"x-auth-token": "token"}).status_code == 401
+    db.dispose()
+
+
+def test_a_500_carries_the_request_id(sqlite_db_url: str) -> None:
+    db = Database(sqlite_db_url)
+    app = create_app(Settings(db_url=db.url), db=db, migrate=False)
+
+    def boom() -> None:
+        raise RuntimeError("a bug")
+    app.add_api_route("/boom", boom)
+    with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as c:
+        r = c.get("/boom")
+    db.dispose()
+    assert r.status_code == 500
+    ids = r.headers.get_list("x-openstack-request-id")
+    assert len(ids) == 1 and ids[0] == r.json()["errors"][0]["request_id"]
