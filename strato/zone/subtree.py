@@ -10,6 +10,15 @@ Placement routes for its whole subtree:
   answers with the one that holds the consumer.
 * ``DELETE /allocations/{consumer}``: sent to the child that holds it.
 * ``GET /usages``: its own usages plus every child's.
+* ``GET /resource_providers``: its own providers plus every child's, with
+  the client's filters and microversion; a child that cannot be asked is
+  named in the ``x-strato-incomplete`` header (the listing is partial, and
+  says so).
+* ``GET /resource_providers/{uuid}`` and its ``inventories``, ``traits``,
+  ``aggregates``, ``usages`` and ``allocations``: a provider that is not
+  this zone's is asked of the child that owns it. The owners are kept in a
+  routing table (`Owners`) fed by every listing and lookup through this zone;
+  a provider it does not know is looked for in every child once.
 
 A read never answers wrong: when the consumer was found nowhere but a child
 could not be asked, or when a child's usages are missing, the answer is 503
@@ -17,18 +26,20 @@ could not be asked, or when a child's usages are missing, the answer is 503
 Children are asked at microversion 1.39 (the zone protocol's) and the answer
 is shaped for the client's microversion by the route.
 
-Not yet: a consumer-to-child index (every lookup asks every child; a tree of
-111 zones makes 110 calls), and the other routes of the issue "the tree as
-one Placement" (providers, candidates and writes below this zone).
+Consumers placed, found or written through this zone are indexed by child
+(`ZoneTree.consumer_zones`): a lookup asks that child alone, and every child
+only for a consumer the index does not know (it is in memory: after a
+restart, each consumer's first lookup asks every child).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from pydantic import Field
 
@@ -44,6 +55,8 @@ M = TypeVar("M", bound=protocol._Message)
 class Tree(Protocol):
     transport: Transport
     config: Any
+    consumer_zones: Owners
+    cache: Any  # child name -> its last summary (`.body`)
 
     async def children(self) -> list[Child]: ...
 
@@ -81,53 +94,84 @@ class Found:
     body: dict[str, Any]
 
 
-def _unavailable(what: str, missing: Sequence[str]) -> errors.ServiceUnavailable:
+def _unavailable(what: str, missing: Sequence[Missing]) -> errors.ServiceUnavailable:
     return errors.ServiceUnavailable(
-        f"{what}: part of the tree could not be asked ({', '.join(missing)}); retry",
-        retry_after=1.0)
+        f"{what}: part of the tree could not be asked "
+        f"({', '.join(m.why for m in missing)}); retry", retry_after=1.0)
 
 
-async def _get(tree: Tree, child: Child, path: str
+async def _get(tree: Tree, child: Child, path: str, version: str | None = None
                ) -> tuple[Reply | None, str | None]:
-    """(the child's reply, or why there is none)."""
+    """(the child's reply, or why there is none). `version`: the client's
+    microversion, passed on (else the zone protocol's)."""
     h = tree.health_of(child.name)
     if not h.due():
         return None, f"{child.name}: failed recently"
     try:
         return await tree.transport.call(child.url, "GET", path, token=child.credential,
-                                         timeout=tree.config.child_timeout), None
+                                         timeout=tree.config.child_timeout,
+                                         version=version), None
     except Unreachable as exc:
         h.failed(exc.why, faulty=isinstance(exc, Malformed))
         return None, f"{child.name}: {exc.why}"[:200]
 
 
-async def _ask_all(tree: Tree, path: str, model: type[M], what: str
-                   ) -> tuple[list[tuple[Child, M]], list[str]]:
-    """Every child's answer to `GET path`, validated; and why the others have none."""
-    kids = await tree.children()
-    got = await asyncio.gather(*(_get(tree, c, path) for c in kids))
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """A child without an answer, and why."""
+
+    child: str
+    why: str
+
+
+async def _ask_all(tree: Tree, path: str, model: type[M], what: str,
+                   version: str | None = None, kids: Sequence[Child] | None = None
+                   ) -> tuple[list[tuple[Child, M]], list[Missing]]:
+    """Every child's (or `kids`') answer to `GET path`, validated; and why the
+    others have none."""
+    if kids is None:
+        kids = await tree.children()
+    got = await asyncio.gather(*(_get(tree, c, path, version) for c in kids))
     answers: list[tuple[Child, M]] = []
     missing = []
     for c, (reply, why) in zip(kids, got, strict=True):
         if reply is None or reply.status != 200:
-            missing.append(why or f"{c.name}: answered {reply.status if reply else '?'}")
+            missing.append(Missing(c.name, why or f"{c.name}: answered "
+                                   f"{reply.status if reply else '?'}"))
             continue
         try:
             answers.append((c, protocol._parse(model, reply.body, what)))
         except protocol.Faulty as exc:
             tree.health_of(c.name).failed(f"faulty: {exc.reason}", faulty=True)
-            missing.append(f"{c.name}: faulty")
+            missing.append(Missing(c.name, f"{c.name}: faulty"))
     return answers, missing
 
 
 async def find_consumer(tree: Tree, consumer: str) -> Found | None:
     """The child whose subtree holds `consumer`, with its allocations there (1.39
     shape); None if no child holds it. Raises 503 if it was found nowhere and
-    a child could not say."""
+    a child could not say. The child the index names is asked first, alone."""
+    index = tree.consumer_zones
+    known = index.get(consumer)
+    if known is not None:
+        kid = next((c for c in await tree.children() if c.name == known), None)
+        if kid is not None:
+            reply, _ = await _get(tree, kid, f"/allocations/{consumer}")
+            if reply is not None and reply.status == 200:
+                try:
+                    got = protocol._parse(ConsumerAllocations, reply.body,
+                                          "consumer allocations")
+                except protocol.Faulty as exc:
+                    tree.health_of(kid.name).failed(f"faulty: {exc.reason}", faulty=True)
+                else:
+                    if got.allocations:
+                        return Found(kid, protocol._dump(got))
+        index.forget(consumer)
     answers, missing = await _ask_all(tree, f"/allocations/{consumer}", ConsumerAllocations,
                                       "consumer allocations")
     for c, got in answers:
         if got.allocations:
+            index.learn(consumer, c.name)
             return Found(c, protocol._dump(got))
     if missing:
         raise _unavailable(f"consumer {consumer} is not in this zone", missing)
@@ -152,10 +196,9 @@ async def delete_consumer(tree: Tree, consumer: str) -> bool:
         raise errors.ServiceUnavailable(
             f"consumer {consumer} is in zone {child.name}, which did not answer: {detail}",
             retry_after=1.0) from None
-    if reply.status == 204:
-        return True
-    if reply.status == 404:
-        return False  # released meanwhile
+    if reply.status in (204, 404):
+        tree.consumer_zones.forget(consumer)
+        return reply.status == 204  # (404: released meanwhile)
     err = _first_error(reply.body)
     detail = f"zone {child.name}: {str(err.get('detail', ''))[:300]}"
     if reply.status == 409:
@@ -169,6 +212,368 @@ def _first_error(body: Any) -> dict[str, Any]:
         if isinstance(first, dict):
             return first
     return {}
+
+
+# -- providers below ------------------------------------------------------------------------
+
+class Owners:
+    """Which child owns a provider: uuid -> child name, the most recently
+    seen `MAX` of them (a routing table, fed by the children's answers)."""
+
+    MAX = 200_000
+
+    def __init__(self) -> None:
+        self._of: OrderedDict[str, str] = OrderedDict()
+
+    def get(self, uuid: str) -> str | None:
+        return self._of.get(uuid)
+
+    def learn(self, uuid: str, child: str) -> None:
+        self._of[uuid] = child
+        self._of.move_to_end(uuid)
+        while len(self._of) > self.MAX:
+            self._of.popitem(last=False)
+
+    def forget(self, uuid: str) -> None:
+        self._of.pop(uuid, None)
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+
+class _Listed(protocol._Message):
+    uuid: Id
+
+
+class _Listing(protocol._Message):
+    resource_providers: list[dict[str, Any]] = Field(max_length=protocol.MAX_COUNT)
+
+
+async def list_providers(tree: Tree, owners: Owners, query: str, version: str
+                         ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every child's `GET /resource_providers?query` at the client's `version`:
+    (their providers, the children that could not say)."""
+    path = "/resource_providers" + (f"?{query}" if query else "")
+    answers, missing = await _ask_all(tree, path, _Listing, "provider listing", version)
+    out: list[dict[str, Any]] = []
+    names = [m.child for m in missing]
+    for c, listing in answers:
+        try:
+            uuids = [protocol._parse(_Listed, {"uuid": p.get("uuid")}, "provider").uuid
+                     for p in listing.resource_providers]
+        except protocol.Faulty as exc:
+            tree.health_of(c.name).failed(f"faulty: {exc.reason}", faulty=True)
+            names.append(c.name)
+            continue
+        for uuid, p in zip(uuids, listing.resource_providers, strict=True):
+            owners.learn(uuid, c.name)
+            out.append(p)
+    return out, names
+
+
+async def provider_route(tree: Tree, owners: Owners, uuid: str, path: str, version: str
+                         ) -> Reply | None:
+    """`GET path` (a route of provider `uuid`) answered by the child that owns
+    the provider, as it answered; None if no child does. Raises 503 when no
+    child that answered has it and some child could not be asked."""
+    kids = {c.name: c for c in await tree.children()}
+    known = owners.get(uuid)
+    if known is not None and known in kids:
+        reply, _ = await _get(tree, kids[known], path, version)
+        if reply is not None and reply.status != 404:
+            return reply
+        owners.forget(uuid)
+    # Unknown here: look for it in every child, once.
+    probe = f"/resource_providers/{uuid}"
+    order = list(kids.values())
+    got = await asyncio.gather(*(_get(tree, c, probe, version) for c in order))
+    missing = []
+    for c, (reply, why) in zip(order, got, strict=True):
+        if reply is not None and reply.status == 200:
+            owners.learn(uuid, c.name)
+            if path == probe:
+                return reply
+            routed, why = await _get(tree, c, path, version)
+            if routed is None:
+                raise errors.ServiceUnavailable(
+                    f"resource provider {uuid} is in zone {c.name}, which did not answer: "
+                    f"{why}", retry_after=1.0)
+            return routed
+        if reply is None or reply.status != 404:
+            missing.append(Missing(c.name, why or f"{c.name}: answered "
+                                   f"{reply.status if reply else '?'}"))
+    if missing:
+        raise _unavailable(f"resource provider {uuid} is not in this zone", missing)
+    return None
+
+
+async def provider_write(tree: Tree, owners: Owners, uuid: str, method: str, path: str,
+                         body: Any, version: str) -> Reply | None:
+    """A write to a route of provider `uuid` sent to the child that owns it: its
+    answer, as it answered; None if no child has the provider. 503 when it
+    could be in a child that did not answer, or when its owner did not
+    answer (saying whether the write may have been made)."""
+    kids = {c.name: c for c in await tree.children()}
+    if owners.get(uuid) not in kids:
+        found = await provider_route(tree, owners, uuid, f"/resource_providers/{uuid}",
+                                     version)
+        if found is None:
+            return None
+    child = kids.get(owners.get(uuid) or "")
+    if child is None:
+        return None
+    reply = await send_to(tree, child, method, path, body, version,
+                          f"resource provider {uuid}")
+    if method == "DELETE" and path == f"/resource_providers/{uuid}" and reply.status in (204,
+                                                                                        404):
+        owners.forget(uuid)  # gone
+    return reply
+
+
+class _Candidates(protocol._Message):
+    allocation_requests: list[dict[str, Any]] = Field(max_length=protocol.MAX_COUNT)
+    provider_summaries: dict[Id, dict[str, Any]] = Field(max_length=protocol.MAX_COUNT)
+
+
+def _items(areq: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """(provider, class, amount) of an allocation request, either shape
+    (a dict by provider from 1.12, a list before)."""
+    alloc = areq.get("allocations")
+    out = []
+    if isinstance(alloc, dict):
+        for u, share in alloc.items():
+            for rc, n in (share or {}).get("resources", {}).items():
+                out.append((str(u), str(rc), int(n)))
+    elif isinstance(alloc, list):
+        for share in alloc:
+            u = share.get("resource_provider", {}).get("uuid")
+            for rc, n in share.get("resources", {}).items():
+                out.append((str(u), str(rc), int(n)))
+    return out
+
+
+def _score(areq: Mapping[str, Any], summaries: Mapping[str, Any], scorer: Any) -> float:
+    """The zone's weigher on the candidate, from the room its summaries give."""
+    rcs, free, caps = [], [], []
+    for u, rc, n in _items(areq):
+        entry = summaries.get(u)
+        res = entry.get("resources") if isinstance(entry, dict) else None
+        one = res.get(rc) if isinstance(res, dict) else None
+        if not isinstance(one, dict):
+            continue
+        try:
+            cap = float(one.get("capacity", 0))
+            left = cap - float(one.get("used", 0)) - n
+        except (TypeError, ValueError):
+            continue  # a child's odd summary: no score from it
+        rcs.append(rc)
+        free.append(left)
+        caps.append(cap)
+    return float(scorer.items(rcs, free, caps)) if rcs else 0.0
+
+
+async def candidates(tree: Tree, own: dict[str, Any], query: str, version: str,
+                     limit: int | None, scorer: Any) -> tuple[dict[str, Any], list[str]]:
+    """This zone's `GET /allocation_candidates` answer (`own`) merged with its
+    children's for the same query and microversion: every candidate scored
+    by this zone's weigher from its own answer's summaries, best first (ties:
+    this zone's, then the children's in order, each in its own order), cut at
+    `limit`; the summaries of the providers the kept candidates use (and of
+    their trees). (the body, the children that could not say)."""
+    path = "/allocation_candidates" + (f"?{query}" if query else "")
+    sources: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
+        (own.get("allocation_requests", []), own.get("provider_summaries", {}))]
+    missing: list[str] = []
+    kids = await tree.children()
+    demand = _plain_demand(query) if limit and scorer.config.name == "spread" else None
+    if demand is None:
+        waves = [list(kids)]
+        bounds: dict[str, float] = {}
+    else:
+        # Best bound first, a few at a time, until no child left could rank.
+        bounds = {c.name: _child_bound(tree, c.name, demand, scorer) for c in kids}
+        order = sorted((c for c in kids if bounds[c.name] > NO_ROOM),
+                       key=lambda c: (-bounds[c.name], c.name))
+        waves = [order[i:i + WAVE] for i in range(0, len(order), WAVE)]
+    ranked: list[tuple[float, int, int, dict[str, Any]]] = []
+    for w, wave in enumerate(waves):
+        answers, lacking = await _ask_all(tree, path, _Candidates, "allocation candidates",
+                                          version, wave)
+        missing += [m.child for m in lacking]
+        for c, body in answers:
+            try:
+                for areq in body.allocation_requests:
+                    _items(areq)  # well-formed
+            except (AttributeError, TypeError, ValueError) as exc:
+                tree.health_of(c.name).failed(f"faulty: {exc}"[:200], faulty=True)
+                missing.append(c.name)
+                continue
+            sources.append((body.allocation_requests, body.provider_summaries))
+        ranked = _ranked(sources, scorer, limit)
+        rest = [bounds[c.name] for later in waves[w + 1:] for c in later]
+        if (demand is not None and limit is not None and len(ranked) >= limit and rest
+                and -ranked[limit - 1][0] + 1e-9 >= max(rest)):
+            break  # no child left could give a candidate better than the limit-th
+    if not any(areqs for areqs, _ in sources[1:]):
+        return own, missing  # nothing below: this zone's answer, as its route made it
+    used: dict[int, set[str]] = {}
+    for _, s, _, areq in ranked:
+        used.setdefault(s, set()).update(u for u, _, _ in _items(areq))
+    summaries_out: dict[str, Any] = {}
+    for s, (_, summaries) in enumerate(sources):
+        mine = used.get(s, set())
+        roots = {summaries.get(u, {}).get("root_provider_uuid") for u in mine} - {None}
+        for u, entry in summaries.items():
+            if u in mine or (isinstance(entry, dict)
+                             and entry.get("root_provider_uuid") in roots):
+                summaries_out[u] = entry
+    return {"allocation_requests": [t[3] for t in ranked],
+            "provider_summaries": summaries_out}, missing
+
+
+# Children asked at once while merging candidates best bound first.
+WAVE = 2
+NO_ROOM = -1.0
+
+
+def _ranked(sources: Sequence[tuple[list[dict[str, Any]], dict[str, Any]]], scorer: Any,
+            limit: int | None) -> list[tuple[float, int, int, dict[str, Any]]]:
+    ranked = []
+    for s, (areqs, summaries) in enumerate(sources):
+        for i, areq in enumerate(areqs):
+            ranked.append((-_score(areq, summaries, scorer), s, i, areq))
+    ranked.sort(key=lambda t: (t[0], t[1], t[2]))
+    return ranked[:limit] if limit is not None else ranked
+
+
+def _plain_demand(query: str) -> dict[str, int] | None:
+    """The amounts of a request of one unnamed group (`resources=` and
+    filters that do not change scores); None for anything else."""
+    demand: dict[str, int] | None = None
+    for k, v in parse_qsl(query):
+        if k == "resources":
+            if demand is not None:
+                return None
+            try:
+                demand = {rc: int(n) for rc, n in (p.split(":") for p in v.split(","))}
+            except ValueError:
+                return None
+        elif k not in ("limit", "required", "member_of", "in_tree", "root_required"):
+            return None
+    return demand
+
+
+def _child_bound(tree: Tree, name: str, demand: Mapping[str, int], scorer: Any) -> float:
+    """The best score a candidate of child `name` could have under the spread
+    weigher, from its summary: per class, its best free share less the amount
+    over its largest capacity (an upper bound for every provider). No summary
+    or an older zone's: infinity (ask it); a class it does not have: NO_ROOM."""
+    cached = tree.cache.get(name)
+    classes = (cached.body or {}).get("classes") if cached is not None else None
+    if not isinstance(classes, dict):
+        return float("inf")
+    num = den = 0.0
+    for rc, amount in demand.items():
+        c = classes.get(rc)
+        if not isinstance(c, dict):
+            return NO_ROOM
+        share, most = c.get("best_share"), c.get("max_capacity")
+        if share is None or not most:
+            return float("inf")
+        w = scorer.weight(rc)
+        num += w * min(max(float(share) - amount / float(most), 0.0), 1.0)
+        den += w
+    return num / den if den else float("inf")
+
+
+def named_providers(body: Any) -> set[str] | None:
+    """The providers an allocations write names (PUT /allocations/{c}: its
+    `allocations`; POST /allocations: every consumer's), either shape; None
+    when the body is not one (the route answers that itself)."""
+    if not isinstance(body, dict):
+        return None
+    if "allocations" in body:
+        return {u for u, _, _ in _items(body)} | _empty_shares(body)
+    out: set[str] = set()
+    for one in body.values():  # POST /allocations: {consumer: {...}}
+        if not isinstance(one, dict):
+            return None
+        out |= {u for u, _, _ in _items(one)} | _empty_shares(one)
+    return out
+
+
+def _empty_shares(body: Mapping[str, Any]) -> set[str]:
+    alloc = body.get("allocations")
+    return {str(u) for u in alloc} if isinstance(alloc, dict) else set()
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Where a set of providers is: `child` if one child owns them all;
+    `unknown`, a provider in no zone below; else they are in several."""
+
+    child: Child | None = None
+    unknown: str | None = None
+    zones: tuple[str, ...] = ()
+
+
+async def owner_of(tree: Tree, owners: Owners, uuids: set[str], version: str) -> Owner:
+    kids = {c.name: c for c in await tree.children()}
+    where = set()
+    for u in sorted(uuids):
+        if owners.get(u) not in kids:
+            found = await provider_route(tree, owners, u, f"/resource_providers/{u}", version)
+            if found is None:
+                return Owner(unknown=u)
+        where.add(str(owners.get(u)))
+    if len(where) != 1:
+        return Owner(zones=tuple(sorted(where)))
+    return Owner(child=kids.get(where.pop()))
+
+
+async def send_to(tree: Tree, child: Child, method: str, path: str, body: Any,
+                  version: str, what: str) -> Reply:
+    """A client's write passed on to `child`; 503 saying whether it may have
+    been made when the child did not answer."""
+    try:
+        return await tree.transport.call(child.url, method, path, token=child.credential,
+                                         json=body, timeout=tree.config.child_timeout,
+                                         version=version)
+    except Unreachable as exc:
+        tree.health_of(child.name).failed(exc.why)
+        detail = ("the change may have been made; read it again to see" if exc.maybe_delivered
+                  else "nothing was changed")
+        raise errors.ServiceUnavailable(
+            f"{what} is in zone {child.name}, which did not answer: {detail}",
+            retry_after=1.0) from None
+
+
+async def tell_children(tree: Tree, method: str, path: str, body: Any, version: str
+                        ) -> list[str]:
+    """The same call to every child (a registry entry made here): the names of
+    those that did not take it."""
+    kids = await tree.children()
+
+    async def one(c: Child) -> str | None:
+        try:
+            reply = await tree.transport.call(c.url, method, path, token=c.credential,
+                                              json=body, timeout=tree.config.child_timeout,
+                                              version=version)
+        except Unreachable as exc:
+            tree.health_of(c.name).failed(exc.why)
+            return c.name
+        return None if reply.status in (200, 201, 204, 409) else c.name
+    got = await asyncio.gather(*(one(c) for c in kids))
+    return [n for n in got if n is not None]
+
+
+def learn_placements(tree: Tree, answer: Mapping[str, Any]) -> None:
+    """Index where a schedule answer of this zone put its consumers: the child
+    is the second step of each placement's zone path."""
+    for p in answer.get("placements", []):
+        path = str(p.get("zone") or "").split("/")
+        if len(path) > 1 and path[0] == tree.config.name and p.get("consumer_uuid"):
+            tree.consumer_zones.learn(str(p["consumer_uuid"]), path[1])
 
 
 async def usages(tree: Tree, params: Mapping[str, str]) -> dict[str, dict[str, int]]:

@@ -76,19 +76,25 @@ class Reply:
 
 class Transport(Protocol):
     async def call(self, url: str, method: str, path: str, *, token: str | None,
-                   json: Any = None, timeout: float) -> Reply: ...
+                   json: Any = None, timeout: float, version: str | None = None
+                   ) -> Reply: ...
 
     async def aclose(self) -> None: ...
 
 
-def _headers(token: str | None) -> dict[str, str]:
-    return {**HEADERS, "x-auth-token": token or "admin"}
+def _headers(token: str | None, version: str | None = None) -> dict[str, str]:
+    """The zone protocol's headers; `version`: a Placement microversion other
+    than the protocol's (a client's call passed on to a child)."""
+    out = {**HEADERS, "x-auth-token": token or "admin"}
+    if version is not None:
+        out["openstack-api-version"] = f"placement {version}"
+    return out
 
 
 def _reply(url: str, status: int, content: bytes) -> Reply:
     """Decode a zone's answer. A successful answer must be JSON (or empty); an
-    error's body is only informative, so a proxy's HTML error page is kept
-    as text."""
+    error's body is only informative: one that is not JSON (a proxy's HTML
+    page) is kept as its size only."""
     if not content:
         return Reply(status, None)
     try:
@@ -96,7 +102,9 @@ def _reply(url: str, status: int, content: bytes) -> Reply:
     except orjson.JSONDecodeError:
         if 200 <= status < 300:
             raise Malformed(url, f"answered {status} with a body that is not JSON") from None
-        return Reply(status, {"raw": content[:500].decode("utf-8", "replace")})
+        # Not its text: a registered URL may point at a service that is not a
+        # zone, and what it says must not be read back through our API.
+        return Reply(status, {"raw": f"{len(content)} bytes that are not JSON"})
 
 
 class HttpTransport:
@@ -112,16 +120,16 @@ class HttpTransport:
         self.max_reply_bytes = max_reply_bytes
 
     async def call(self, url: str, method: str, path: str, *, token: str | None,
-                   json: Any = None, timeout: float) -> Reply:
+                   json: Any = None, timeout: float, version: str | None = None) -> Reply:
         if self._wire is not None and url.startswith("http://"):
-            return await self._lean(url, method, path, token, json, timeout)
+            return await self._lean(url, method, path, token, json, timeout, version)
         limit = self.max_reply_bytes
         try:
             # httpx's timeouts bound each read, not the call: a zone that
             # trickles its answer would hold us for ever. The deadline is ours.
             async with asyncio.timeout(timeout):
                 async with self._client.stream(
-                        method, url.rstrip("/") + path, headers=_headers(token),
+                        method, url.rstrip("/") + path, headers=_headers(token, version),
                         content=orjson.dumps(json) if json is not None else None,
                         timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0))) as resp:
                     status = resp.status_code
@@ -140,11 +148,11 @@ class HttpTransport:
         return _reply(url, status, content)
 
     async def _lean(self, url: str, method: str, path: str, token: str | None, json: Any,
-                    timeout: float) -> Reply:
+                    timeout: float, version: str | None = None) -> Reply:
         assert self._wire is not None
         try:
             status, content = await self._wire.request(
-                url, method, path, _headers(token),
+                url, method, path, _headers(token, version),
                 orjson.dumps(json) if json is not None else None,
                 timeout=timeout, connect_timeout=min(timeout, 2.0),
                 max_body=self.max_reply_bytes)
@@ -251,7 +259,7 @@ class InProcessTransport:
         return key in faults or f"{key} {path.split('?')[0]}" in faults
 
     async def call(self, url: str, method: str, path: str, *, token: str | None,
-                   json: Any = None, timeout: float) -> Reply:
+                   json: Any = None, timeout: float, version: str | None = None) -> Reply:
         key = url.rstrip("/")
         if key in self.down or key not in self._apps:
             raise Unreachable(url, "connection refused")
@@ -267,7 +275,7 @@ class InProcessTransport:
         async def deliver() -> httpx.Response:
             if delay:
                 await asyncio.sleep(delay)
-            return await client.request(method, path, headers=_headers(token),
+            return await client.request(method, path, headers=_headers(token, version),
                                         content=orjson.dumps(json) if json is not None
                                         else None)
         # The task copies the context now: the capped app sees this call's cell.

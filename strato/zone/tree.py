@@ -52,7 +52,7 @@ from strato.store.children import Child
 from strato.store.db import Database
 from strato.store.ledger import State
 from strato.store.util import utcnow
-from strato.zone import protocol, shared, split
+from strato.zone import protocol, shared, split, subtree
 from strato.zone import summary as summaries
 from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_id
 from strato.zone.failures import FailureMemory, Refusal, shape_of
@@ -109,6 +109,10 @@ class TreeConfig:
     # Answers kept by request id are forgotten after this long.
     request_retention: float = 7 * 86400.0
     schedule_concurrency: int = 1
+    # "async": a request's reservation, parts and answer are committed
+    # without waiting for the disk (durable when the process dies; within
+    # 0.1 s when the machine does). "sync": each waits. Claims always wait.
+    ledger_commit: str = "sync"
 
 
 @dataclass
@@ -121,6 +125,11 @@ class ZoneTree:
     cache: dict[str, Cached] = field(default_factory=dict)
     # What each child refused, until its summary says room grew there.
     failures: FailureMemory = field(default_factory=FailureMemory)
+    # Which child holds a consumer placed or found through this zone, and
+    # which owns a provider: routing tables for the Placement API over the
+    # subtree (zone/subtree.py), each with a lookup in every child behind it.
+    consumer_zones: subtree.Owners = field(default_factory=subtree.Owners)
+    provider_zones: subtree.Owners = field(default_factory=subtree.Owners)
     _kids: tuple[float, list[Child]] | None = None
     _own: tuple[float, bool] | None = None
     # Children with requests in doubt (None: not read from the store yet).
@@ -140,15 +149,20 @@ class ZoneTree:
                                              * max(1, self.config.schedule_concurrency))
 
     async def _write(self, job: Callable[[Connection], T], *, now: bool = False) -> T:
-        """A write in the database's writer (grouped with concurrent ones). With
-        `now`, a job of the ledger's cursor statements only (no SQLAlchemy
-        statement: see `Database.write_now`), it runs at once when nothing
-        else is writing: one request's reservation and answer."""
+        """A write in the database's writer (grouped with concurrent ones).
+
+        `now`: a job of the ledger's cursor statements only (no SQLAlchemy
+        statement: see `Database.write_now`), one request's reservation, parts
+        and answer, on its path. With `ledger_commit` "async" its commit does
+        not wait for the disk, and it runs at once, on the event loop, when
+        nothing else is writing; otherwise the writer thread waits for the
+        disk (never the event loop)."""
+        lazy = now and self.config.ledger_commit == "async"
         if now:
-            done, result = self.db.write_now(job)
+            done, result = self.db.write_now(job, lazy=lazy)
             if done:
                 return result  # type: ignore[return-value]
-        return await asyncio.wrap_future(self.db.submit(job))
+        return await asyncio.wrap_future(self.db.submit(job, lazy=lazy))
 
     async def _read(self, job: Callable[[Connection], T]) -> T:
         def run() -> T:

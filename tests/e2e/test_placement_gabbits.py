@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -99,21 +101,48 @@ def _fixture_of(path: Path) -> str:
     return known[0]
 
 
+@pytest.mark.parametrize("where", ["zone", "root"])
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.xfail(reason=XFAIL[n], strict=True)) if n in XFAIL else n
     for n in GABBI_FILES])
-def test_placement_gabbit(name: str, gabbits: Path, tmp_path: Path) -> None:
+def test_placement_gabbit(name: str, where: str, gabbits: Path, tmp_path: Path) -> None:
+    """`zone`: one zone. `root`: the root of a tree with two cells (each its own
+    process and database): the root answers for its subtree, and must still
+    answer as Placement does."""
     path = gabbits / f"{name}.yaml"
     assert path.exists(), path
     fixture = _fixture_of(path)
+    cells: list[ServerProcess] = []
     with ServerProcess(f"sqlite:///{tmp_path / 'strato.db'}", log_path=tmp_path / "server.log",
-                       extra=SERVER_FLAGS.get(fixture, [])) as server:
-        env = build(fixture, server.url)
-        runner = Path(sys.executable).with_name("gabbi-run")
-        done = subprocess.run([str(runner), f"127.0.0.1:{server.port}", "--", str(path)],
-                              env={**os.environ, **env}, capture_output=True,
-                              text=True, timeout=300)
+                       extra=[*SERVER_FLAGS.get(fixture, []), "--zone", "root"]) as server:
+        try:
+            if where == "root":
+                cells = [ServerProcess(f"sqlite:///{tmp_path / f'{c}.db'}",
+                                       log_path=tmp_path / f"{c}.log",
+                                       extra=["--zone", c, "--parent", server.url,
+                                              "--summary-interval", "0.5"]).start()
+                         for c in ("dfw", "ord")]
+                _wait_children(server, {"dfw", "ord"})
+            env = build(fixture, server.url)
+            runner = Path(sys.executable).with_name("gabbi-run")
+            done = subprocess.run([str(runner), f"127.0.0.1:{server.port}", "--", str(path)],
+                                  env={**os.environ, **env}, capture_output=True,
+                                  text=True, timeout=300)
+        finally:
+            for c in cells:
+                c.stop()
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+
+
+def _wait_children(root: ServerProcess, names: set[str]) -> None:
+    deadline = time.monotonic() + 30
+    with httpx.Client(base_url=root.url, headers={"x-auth-token": "admin"}) as c:
+        while time.monotonic() < deadline:
+            got = c.get("/strato/v1/children").json().get("children", [])
+            if {k["name"] for k in got if k.get("summary")} >= names:
+                return
+            time.sleep(0.1)
+    raise AssertionError(f"{names} did not register with the root")
 
 
 def test_the_wheel_has_these_files(gabbits: Path) -> None:

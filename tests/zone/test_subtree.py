@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from strato.zone.inprocess import InProcessTree
-from tests.zone.test_split import make, req, used
+from tests.zone.test_split import make, req, used, zt
 
 V = "openstack-api-version"
 
@@ -123,4 +123,271 @@ def test_the_roots_metrics_show_its_children(tmp_path: Path) -> None:
         await root.get(f"/allocations/{uuid.uuid4()}")  # asks ord: a failure
         text = (await root.get("/metrics")).text
         assert 'strato_child_healthy{child="ord"} 0.0' in text
+    run(tmp_path, scenario)
+
+
+def test_providers_below_are_listed_and_read_at_the_root(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        r = await root.get("/resource_providers", headers={V: "placement 1.14"})
+        assert r.status_code == 200, r.text
+        listed = {p["name"]: p for p in r.json()["resource_providers"]}
+        assert {"dfw-h0", "dfw-h1", "ord-h0", "ord-h1"} <= set(listed)
+        assert "x-strato-incomplete" not in r.headers
+        assert "parent_provider_uuid" in listed["dfw-h0"]
+        # The client's microversion and filters reach the children.
+        r = await root.get("/resource_providers", headers={V: "placement 1.0"})
+        assert all("parent_provider_uuid" not in p for p in r.json()["resource_providers"])
+        r = await root.get("/resource_providers?name=ord-h1")
+        assert [p["name"] for p in r.json()["resource_providers"]] == ["ord-h1"]
+        h = listed["dfw-h1"]["uuid"]
+        r = await root.get(f"/resource_providers?in_tree={h}")
+        assert [p["name"] for p in r.json()["resource_providers"]] == ["dfw-h1"]
+        # One provider below, and what it has.
+        r = await root.get(f"/resource_providers/{h}", headers={V: "placement 1.14"})
+        assert r.status_code == 200 and r.json()["name"] == "dfw-h1", r.text
+        r = await root.get(f"/resource_providers/{h}/inventories")
+        assert "VCPU" in r.json()["inventories"], r.text
+        r = await root.get(f"/resource_providers/{h}/inventories/VCPU")
+        assert r.status_code == 200 and r.json()["total"] > 0
+        for sub in ("traits", "aggregates", "usages", "allocations"):
+            r = await root.get(f"/resource_providers/{h}/{sub}", headers={V: "placement 1.6"})
+            assert r.status_code == 200, (sub, r.text)
+        assert (await root.get(f"/resource_providers/{uuid.uuid4()}")).status_code == 404
+        # Known from the listing: read even while the other cell is down.
+        tree.kill("ord")
+        r = await root.get(f"/resource_providers/{h}")
+        assert r.status_code == 200 and r.json()["name"] == "dfw-h1"
+        # The listing says it is partial; an unknown provider is a 503, not a 404.
+        r = await root.get("/resource_providers")
+        assert r.status_code == 200 and r.headers["x-strato-incomplete"] == "ord"
+        assert {p["name"] for p in r.json()["resource_providers"]} >= {"dfw-h0"}
+        r = await root.get(f"/resource_providers/{uuid.uuid4()}")
+        assert r.status_code == 503 and "ord" in r.text, r.text
+    run(tmp_path, scenario)
+
+
+def test_writes_to_providers_below_go_to_their_zone(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        cell = tree.client("dfw")
+        r = await root.get("/resource_providers?name=dfw-h1")
+        h = r.json()["resource_providers"][0]
+        gen = h["generation"]
+        r = await root.put(f"/resource_providers/{h['uuid']}/traits",
+                           json={"traits": ["HW_CPU_X86_AVX2"],
+                                 "resource_provider_generation": gen})
+        assert r.status_code == 200, r.text
+        r = await cell.get(f"/resource_providers/{h['uuid']}/traits")
+        assert "HW_CPU_X86_AVX2" in r.json()["traits"]
+        # A stale generation is the owner's 409, as Placement's.
+        r = await root.put(f"/resource_providers/{h['uuid']}/traits",
+                           json={"traits": [], "resource_provider_generation": gen})
+        assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
+        # A provider the root owns keeps its own answers, a child down or not.
+        r = await root.post("/resource_providers", json={"name": "root-pool"})
+        mine = r.json()["uuid"]
+        tree.kill("ord")
+        r = await root.delete(f"/resource_providers/{mine}/inventories/VCPU")
+        assert r.status_code == 404, r.text
+        # Deleted below, through the root (the owner is known: ord being down
+        # does not matter).
+        r = await root.delete(f"/resource_providers/{h['uuid']}")
+        assert r.status_code == 204, r.text
+        r = await cell.get(f"/resource_providers/{h['uuid']}")
+        assert r.status_code == 404
+        # Somewhere below, maybe in the cell that is down: 503, nothing done.
+        r = await root.put(f"/resource_providers/{uuid.uuid4()}/traits",
+                           json={"traits": [], "resource_provider_generation": 0})
+        assert r.status_code == 503 and "ord" in r.text, r.text
+        tree.revive("ord")
+        for _ in range(60):  # a failed child is probed again after its backoff
+            r = await root.get("/resource_providers?name=ord-h0")
+            if r.json()["resource_providers"]:
+                break
+            await asyncio.sleep(0.1)
+        o = r.json()["resource_providers"][0]
+        tree.kill("ord")
+        r = await root.put(f"/resource_providers/{o['uuid']}/traits",
+                           json={"traits": [], "resource_provider_generation": o["generation"]})
+        assert r.status_code == 503 and "nothing was changed" in r.text, r.text
+    run(tmp_path, scenario)
+
+
+def test_custom_traits_and_classes_made_at_the_root_are_known_below(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        r = await root.put("/traits/CUSTOM_RACKED")
+        assert r.status_code == 201 and "x-strato-incomplete" not in r.headers, r.text
+        r = await root.post("/resource_classes", json={"name": "CUSTOM_FPGA"},
+                            headers={V: "placement 1.2"})
+        assert r.status_code == 201, r.text
+        for cell in ("dfw", "ord"):
+            c = tree.client(cell)
+            assert (await c.get("/traits/CUSTOM_RACKED")).status_code == 204
+            assert (await c.get("/resource_classes/CUSTOM_FPGA",
+                                headers={V: "placement 1.2"})).status_code == 200
+        # So a provider below can be given it through the root.
+        r = await root.get("/resource_providers?name=ord-h0")
+        h = r.json()["resource_providers"][0]
+        r = await root.put(f"/resource_providers/{h['uuid']}/traits", json={
+            "traits": ["CUSTOM_RACKED"], "resource_provider_generation": h["generation"]})
+        assert r.status_code == 200, r.text
+        # A cell that could not be told is named; the call may be repeated.
+        tree.kill("ord")
+        r = await root.put("/traits/CUSTOM_LATE")
+        assert r.status_code == 201 and r.headers["x-strato-incomplete"] == "ord"
+        assert (await tree.client("dfw").get("/traits/CUSTOM_LATE")).status_code == 204
+    run(tmp_path, scenario)
+
+
+def test_allocation_candidates_at_the_root_cover_the_cells(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        await place(tree, vcpu=6)  # one host in one cell is busier
+        for v in ("1.12", "1.29", "1.39", "1.10"):
+            r = await root.get("/allocation_candidates?resources=VCPU:2,MEMORY_MB:512",
+                               headers={V: f"placement {v}"})
+            assert r.status_code == 200, (v, r.text)
+            body = r.json()
+            assert len(body["allocation_requests"]) == 8, v  # four hosts a cell
+            for areq in body["allocation_requests"]:
+                shares = areq["allocations"]
+                provs = list(shares) if isinstance(shares, dict) else [
+                    s["resource_provider"]["uuid"] for s in shares]
+                assert all(p in body["provider_summaries"] for p in provs)
+        # limit: the best across the cells (spread: the emptiest first).
+        r = await root.get("/allocation_candidates?resources=VCPU:2&limit=3",
+                           headers={V: "placement 1.39"})
+        body = r.json()
+        assert len(body["allocation_requests"]) == 3
+        for areq in body["allocation_requests"]:
+            (p,) = areq["allocations"]
+            res = body["provider_summaries"][p]["resources"]["VCPU"]
+            assert res["used"] == 0
+        tree.kill("ord")
+        r = await root.get("/allocation_candidates?resources=VCPU:2")
+        assert r.status_code == 200 and r.headers["x-strato-incomplete"] == "ord"
+        assert len(r.json()["allocation_requests"]) == 4
+    run(tmp_path, scenario)
+
+
+def test_nova_claims_through_the_root(tmp_path: Path) -> None:
+    """Nova's scheduler against the root: candidates, then PUT /allocations for
+    the one it picked (consumer generations as Placement's), then the release."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        h136 = {V: "placement 1.36"}
+        r = await root.get("/allocation_candidates?resources=VCPU:2,MEMORY_MB:512&limit=5",
+                           headers=h136)
+        pick = r.json()["allocation_requests"][0]
+        c = str(uuid.uuid4())
+        claim = {**pick, "project_id": "p", "user_id": "u", "consumer_generation": None}
+        r = await root.put(f"/allocations/{c}", json=claim, headers=h136)
+        assert r.status_code == 204, r.text
+        assert await used(tree, "dfw") + await used(tree, "ord") == 2
+        r = await root.get(f"/allocations/{c}", headers=h136)
+        assert r.json()["allocations"] == {
+            p: {"resources": s["resources"], "generation": r.json()["allocations"][p][
+                "generation"]} for p, s in pick["allocations"].items()}
+        gen = r.json()["consumer_generation"]
+        # A stale generation is the cell's 409, as Placement's.
+        r = await root.put(f"/allocations/{c}", json={**claim, "consumer_generation": None},
+                           headers=h136)
+        assert r.status_code == 409, r.text
+        # Released through the root with an empty PUT.
+        r = await root.put(f"/allocations/{c}", headers=h136, json={
+            "allocations": {}, "project_id": "p", "user_id": "u",
+            "consumer_generation": gen})
+        assert r.status_code == 204, r.text
+        assert await used(tree, "dfw") + await used(tree, "ord") == 0
+        # Providers of two cells in one write: a clear 400, nothing written.
+        both = {}
+        for cell in ("dfw", "ord"):
+            r = await root.get(f"/resource_providers?name={cell}-h0")
+            both[r.json()["resource_providers"][0]["uuid"]] = {"resources": {"VCPU": 1}}
+        r = await root.put(f"/allocations/{uuid.uuid4()}", headers=h136, json={
+            "allocations": both, "project_id": "p", "user_id": "u",
+            "consumer_generation": None})
+        assert r.status_code == 400 and "several zones" in r.text, r.text
+        # POST /allocations for consumers of one cell.
+        r = await root.get("/resource_providers?name=ord-h1")
+        o = r.json()["resource_providers"][0]["uuid"]
+        c1, c2 = str(uuid.uuid4()), str(uuid.uuid4())
+        r = await root.post("/allocations", headers=h136, json={
+            c: {"allocations": {o: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                "user_id": "u", "consumer_generation": None} for c in (c1, c2)})
+        assert r.status_code == 204, r.text
+        assert await used(tree, "ord") == 2
+    run(tmp_path, scenario)
+
+
+def test_the_root_asks_only_the_cell_that_holds_a_consumer(tmp_path: Path) -> None:
+    """The consumer index: a consumer placed through the root is looked up in
+    its cell alone; one the root never saw is looked for everywhere, once."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        c = (await place(tree))["placements"][0]["consumer_uuid"]
+        calls: list[str] = []
+        real = tree.transport.call
+
+        async def counted(url: str, method: str, path: str, **kw: Any) -> Any:
+            if path.startswith("/allocations/"):
+                calls.append(url)
+            return await real(url, method, path, **kw)
+        tree.transport.call = counted  # type: ignore[method-assign]
+        assert (await root.get(f"/allocations/{c}")).json()["allocations"]
+        assert len(calls) == 1
+        zt(tree, "global").consumer_zones.forget(c)  # as after a restart
+        calls.clear()
+        assert (await root.get(f"/allocations/{c}")).json()["allocations"]
+        assert len(calls) == 2
+        calls.clear()
+        assert (await root.delete(f"/allocations/{c}")).status_code == 204
+        assert len(calls) == 2  # the lookup (learnt: one call), then the delete
+    run(tmp_path, scenario)
+
+
+def test_the_roots_policy_holds_before_a_write_is_sent_below(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        r = await root.get("/resource_providers?name=dfw-h0")
+        h = r.json()["resource_providers"][0]["uuid"]
+        member = {"x-auth-token": "user", "x-roles": "member", "x-project-id": "p",
+                  "x-user-id": "u", V: "placement 1.36"}
+        r = await root.put(f"/allocations/{uuid.uuid4()}", headers=member, json={
+            "allocations": {h: {"resources": {"VCPU": 1}}}, "project_id": "p",
+            "user_id": "u", "consumer_generation": None})
+        assert r.status_code == 403, r.text
+        assert await used(tree, "dfw") == 0
+    run(tmp_path, scenario)
+
+
+def test_candidates_ask_only_the_cells_that_can_rank(tmp_path: Path) -> None:
+    """With a limit, cells are asked best bound first (from their summaries)
+    until none left could beat the limit-th candidate: here the first cell's
+    empty hosts already score what any cell could."""
+    async def scenario(tree: InProcessTree) -> None:
+        import strato.zone.subtree as st
+        root = tree.client("global")
+        calls: list[str] = []
+        real = tree.transport.call
+
+        async def counted(url: str, method: str, path: str, **kw: Any) -> Any:
+            if path.startswith("/allocation_candidates"):
+                calls.append(url)
+            return await real(url, method, path, **kw)
+        tree.transport.call = counted  # type: ignore[method-assign]
+        wave, st.WAVE = st.WAVE, 1
+        try:
+            r = await root.get("/allocation_candidates?resources=VCPU:2&limit=3")
+            assert len(r.json()["allocation_requests"]) == 3
+            assert len(calls) == 1
+            calls.clear()
+            # Without a limit every cell is asked (all candidates are wanted).
+            r = await root.get("/allocation_candidates?resources=VCPU:2")
+            assert len(r.json()["allocation_requests"]) == 8 and len(calls) == 2
+        finally:
+            st.WAVE = wave
     run(tmp_path, scenario)

@@ -98,12 +98,15 @@ def test_summary_covers_the_subtree(tmp_path: Path) -> None:
     async def scenario(tree: InProcessTree) -> None:
         s = (await tree.client("global").get("/strato/v1/summary?fresh=true")).json()
         assert s["providers"] == 9
-        assert s["classes"]["VCPU"] == {"capacity": 72, "used": 0, "largest_free": 8}
+        assert s["classes"]["VCPU"] == {"capacity": 72, "used": 0, "largest_free": 8,
+                                        "best_share": 1.0, "max_capacity": 8}
         assert "HW_CPU_X86_AVX2" in s["traits"] and "hipaa" in s["tags_present"]
         await schedule(tree, req(1, vcpu=8, constraints=[
             {"type": "location", "pattern": "dfw/room2/*"}]))
         leaf = (await tree.client("dfw-r2").get("/strato/v1/summary")).json()
         assert leaf["classes"]["VCPU"]["used"] == 8
+        # The best free share is of one provider: the full host does not lower it.
+        assert leaf["classes"]["VCPU"]["best_share"] == 1.0
     run(tmp_path, scenario)
 
 

@@ -1,0 +1,393 @@
+"""Placement's provider reads at a zone with children, for the whole subtree.
+
+An ASGI middleware inside `StratoMiddleware` (authentication, microversion
+and request id are done). A zone without children is untouched. At a zone
+with children, for `GET`:
+
+* ``/resource_providers``: the zone's own answer (its route, its policy),
+  then every child's answer to the same query at the client's microversion,
+  merged (the zone's own first, a provider once). A child that could not be
+  asked is named in ``x-strato-incomplete``: the listing is partial, and
+  says so.
+* ``/resource_providers/{uuid}`` and its ``inventories``, ``traits``,
+  ``aggregates``, ``usages`` and ``allocations``: when the zone's own route
+  answers 404, the child that owns the provider answers instead
+  (`zone/subtree.py`: a routing table, and a lookup in every child for a
+  provider it does not know yet); 503 when it could be in a child that did
+  not answer.
+
+Writes to a provider below (`PUT`, `POST`, `DELETE` on those routes, and
+`PUT`/`DELETE /resource_providers/{uuid}`) go the same way: the zone's own
+route first (its policy, its body checks); a 404 there is sent to the owning
+child with the body and the client's microversion, and its answer (a 409 on
+a stale generation included) is the answer. A child that did not answer is a
+503 saying whether the change may have been made.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from strato.api import deps, microversion
+from strato.api.middleware import replay_body
+from strato.api.responses import REQUEST_ID_KEY, strato_error_response
+from strato.model import errors
+from strato.store import allocations, providers
+from strato.zone import subtree
+
+_ITEM = re.compile(r"^/resource_providers/([0-9a-fA-F-]{32,36})"
+                   r"(?:/(?:inventories(?:/[A-Z0-9_]{1,255})?|traits|aggregates|usages|"
+                   r"allocations))?$")
+INCOMPLETE = "x-strato-incomplete"
+_CONSUMER = re.compile(r"^/allocations/([0-9a-fA-F-]{32,36})$")
+# Custom traits and resource classes: one registry for the tree.
+_REGISTRY = re.compile(r"^/(?:traits/[A-Z0-9_]{1,255}|resource_classes(?:/[A-Z0-9_]{1,255})?)$")
+
+
+class ProvidersBelow:
+    def __init__(self, app: ASGIApp, state: Any) -> None:
+        self.app = app
+        self.state = state
+
+    @property
+    def owners(self) -> subtree.Owners:
+        owners: subtree.Owners = self.state.tree.provider_zones
+        return owners
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if _REGISTRY.match(scope["path"]) and scope["method"] in ("PUT", "POST"):
+            await self._registry(scope, receive, send)
+            return
+        if ((scope["method"] == "PUT" and _CONSUMER.match(scope["path"]))
+                or (scope["method"] == "POST" and scope["path"] == "/allocations")):
+            await self._allocations(scope, receive, send)
+            return
+        if scope["path"] == "/allocation_candidates" and scope["method"] == "GET":
+            await self._candidates(scope, receive, send)
+            return
+        if not scope["path"].startswith("/resource_providers"):
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] in ("PUT", "POST", "DELETE"):
+            await self._write(scope, receive, send)
+            return
+        if scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        item = _ITEM.match(path)
+        if path != "/resource_providers" and item is None:
+            await self.app(scope, receive, send)
+            return
+        tree = self.state.tree
+        if not await tree.children():
+            await self.app(scope, receive, send)
+            return
+        status, headers, body = await _capture(self.app, scope, receive)
+        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        query = scope.get("query_string", b"").decode("latin-1")
+        rid = scope.get(REQUEST_ID_KEY)
+        try:
+            if item is None:
+                if status != 200:
+                    await _replay(status, headers, body, scope, receive, send)
+                    return
+                await self._listing(body, headers, query, version, scope, receive, send)
+                return
+            if status != 404 or await self._here(item.group(1)):
+                await _replay(status, headers, body, scope, receive, send)
+                return
+            full = path + (f"?{query}" if query else "")
+            reply = await subtree.provider_route(tree, self.owners, item.group(1).lower(),
+                                                 full, version)
+        except errors.StratoError as exc:
+            resp: Response = strato_error_response(exc, rid if isinstance(rid, str) else None)
+            await resp(scope, receive, send)
+            return
+        if reply is None:
+            await _replay(status, headers, body, scope, receive, send)
+            return
+        out = Response(content=json.dumps(reply.body).encode() if reply.body is not None
+                       else b"", status_code=reply.status, media_type="application/json")
+        await out(scope, receive, send)
+
+    async def _write(self, scope: Scope, receive: Receive, send: Send) -> None:
+        item = _ITEM.match(scope["path"])
+        if item is None or not await self.state.tree.children():
+            await self.app(scope, receive, send)
+            return
+        rid = scope.get(REQUEST_ID_KEY)
+        rid = rid if isinstance(rid, str) else None
+        try:
+            body = await _read(receive)
+        except errors.StratoError as exc:  # too large: the limit's 413
+            await strato_error_response(exc, rid)(scope, receive, send)
+            return
+        status, headers, answer = await _capture(self.app, scope, replay_body(body, receive))
+        if status != 404 or await self._here(item.group(1)):
+            await _replay(status, headers, answer, scope, receive, send)
+            return
+        try:
+            parsed = json.loads(body) if body else None
+        except ValueError:
+            await _replay(status, headers, answer, scope, receive, send)
+            return
+        query = scope.get("query_string", b"").decode("latin-1")
+        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        try:
+            reply = await subtree.provider_write(
+                self.state.tree, self.owners, item.group(1).lower(), scope["method"],
+                scope["path"] + (f"?{query}" if query else ""), parsed, version)
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid)(scope, receive, send)
+            return
+        if reply is None:
+            await _replay(status, headers, answer, scope, receive, send)
+            return
+        content = json.dumps(reply.body).encode() if reply.body is not None else b""
+        out = Response(content=content, status_code=reply.status,
+                       media_type="application/json" if content else None)
+        await out(scope, receive, send)
+
+    async def _registry(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A custom trait or resource class made here is made in every child too
+        (each zone checks names against its own registry: a trait made at the
+        root must be known where the root sends a provider's traits). A child
+        that could not be told is named in x-strato-incomplete; the call
+        is idempotent, so the client may repeat it."""
+        if not await self.state.tree.children():
+            await self.app(scope, receive, send)
+            return
+        rid = scope.get(REQUEST_ID_KEY)
+        try:
+            body = await _read(receive)
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid if isinstance(rid, str) else None)(
+                scope, receive, send)
+            return
+        status, headers, answer = await _capture(self.app, scope, replay_body(body, receive))
+        if status not in (200, 201, 204):
+            await _replay(status, headers, answer, scope, receive, send)
+            return
+        try:
+            parsed = json.loads(body) if body else None
+        except ValueError:
+            parsed = None
+        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        missing = await subtree.tell_children(self.state.tree, scope["method"], scope["path"],
+                                              parsed, version)
+        if missing:
+            headers = [*headers, (INCOMPLETE.encode(), ", ".join(missing).encode())]
+        await _replay(status, headers, answer, scope, receive, send)
+
+    async def _candidates(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """This zone's candidates merged with its children's (`subtree.candidates`)."""
+        if not await self.state.tree.children():
+            await self.app(scope, receive, send)
+            return
+        status, headers, body = await _capture(self.app, scope, receive)
+        if status != 200:
+            await _replay(status, headers, body, scope, receive, send)
+            return
+        query = scope.get("query_string", b"").decode("latin-1")
+        limit = None
+        for k, v in parse_qsl(query):
+            if k == "limit" and v.isdigit():
+                limit = int(v)
+        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        own = json.loads(body)
+        merged, missing = await subtree.candidates(self.state.tree, own, query,
+                                                   version, limit, self.state.engine.scorer)
+        content = body if merged is own else json.dumps(merged).encode()
+        await _rewritten(headers, content, missing, send)
+
+    async def _allocations(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`PUT /allocations/{consumer}` and `POST /allocations` naming providers
+        below: sent to the zone that owns them all (consumer generations are
+        that zone's to check); a write that names providers of several zones,
+        or of this zone and one below, is a 400 saying so. An empty `PUT`
+        (a release) goes to the zone that holds the consumer."""
+        tree = self.state.tree
+        if not await tree.children():
+            await self.app(scope, receive, send)
+            return
+        rid = scope.get(REQUEST_ID_KEY)
+        rid = rid if isinstance(rid, str) else None
+        try:
+            # The route's own policy, before anything is sent below (a child
+            # is called with this zone's credential, not the caller's).
+            deps.authorize(Request(scope), "placement:allocations:update"
+                           if scope["method"] == "PUT" else "placement:allocations:manage")
+            raw = await _read(receive)
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid)(scope, receive, send)
+            return
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        named = subtree.named_providers(body)
+        if not named:
+            consumer = _CONSUMER.match(scope["path"])
+            if named is None or consumer is None:
+                await self.app(scope, replay_body(raw, receive), send)
+                return
+            await self._release(consumer.group(1).lower(), body, raw, scope, receive, send, rid)
+            return
+        here = {u for u in named if await self._here(u)}
+        if here == named:
+            await self.app(scope, replay_body(raw, receive), send)
+            return
+        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        try:
+            owner = await subtree.owner_of(tree, self.owners,
+                                           {u.lower() for u in named - here}, version)
+            if owner.unknown is not None:
+                # In no zone: this zone's route says so, as Placement does.
+                await self.app(scope, replay_body(raw, receive), send)
+                return
+            if here or owner.child is None:
+                zones = ["this zone"] * bool(here) + list(owner.zones or (
+                    [owner.child.name] if owner.child else []))
+                raise errors.BadRequest(
+                    f"the allocations name providers of several zones ({', '.join(zones)}): "
+                    "write each zone's consumers there, or place them with POST "
+                    "/strato/v1/schedule, which holds and confirms across zones")
+            reply = await subtree.send_to(tree, owner.child, scope["method"], scope["path"],
+                                          body, version, "a provider of these allocations")
+            if reply.status == 204:
+                for c in _consumers(scope["path"], body):
+                    tree.consumer_zones.learn(c, owner.child.name)
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid)(scope, receive, send)
+            return
+        await _answer(reply, scope, receive, send)
+
+    async def _release(self, consumer: str, body: Any, raw: bytes, scope: Scope,
+                       receive: Receive, send: Send, rid: str | None) -> None:
+        """An empty PUT: the consumer's allocations are removed where they are
+        (here if it has any here; else in the zone below that holds it)."""
+        if not await self._is_below(consumer):
+            await self.app(scope, replay_body(raw, receive), send)
+            return
+        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        try:
+            found = await subtree.find_consumer(self.state.tree, consumer)
+            if found is None:
+                await self.app(scope, replay_body(raw, receive), send)
+                return
+            reply = await subtree.send_to(self.state.tree, found.child, "PUT", scope["path"],
+                                          body, version, f"consumer {consumer}")
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid)(scope, receive, send)
+            return
+        await _answer(reply, scope, receive, send)
+
+    async def _is_below(self, consumer: str) -> bool:
+        """The consumer has no allocations here (it may have some below)."""
+        db = self.state.db
+
+        def look() -> bool:
+            with db.read() as conn:
+                return not allocations.get_consumer_allocations(conn, consumer).allocations
+        return await run_in_threadpool(look)
+
+    async def _here(self, uuid: str) -> bool:
+        """The provider is this zone's (its route's 404 was about something
+        else: an inventory it does not have)."""
+        db = self.state.db
+
+        def look() -> bool:
+            with db.read() as conn:
+                return providers.get_provider_or_none(conn, uuid.lower()) is not None
+        return await run_in_threadpool(look)
+
+    async def _listing(self, body: bytes, headers: list[tuple[bytes, bytes]], query: str,
+                       version: str, scope: Scope, receive: Receive, send: Send) -> None:
+        own = json.loads(body)
+        seen = {p.get("uuid") for p in own.get("resource_providers", [])}
+        below, missing = await subtree.list_providers(self.state.tree, self.owners, query,
+                                                      version)
+        for p in below:
+            if p.get("uuid") not in seen:
+                seen.add(p.get("uuid"))
+                own["resource_providers"].append(p)
+        content = json.dumps(own).encode() if below else body
+        await _rewritten(headers, content, missing, send)
+
+
+async def _rewritten(headers: list[tuple[bytes, bytes]], content: bytes, missing: list[str],
+                     send: Send) -> None:
+    """A 200 with this zone's own headers (cache headers, last-modified) over a
+    merged body; `missing`: the children it lacks, in x-strato-incomplete."""
+    out = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+    out.append((b"content-length", str(len(content)).encode()))
+    if missing:
+        out.append((INCOMPLETE.encode(), ", ".join(missing).encode()))
+    await send({"type": "http.response.start", "status": 200, "headers": out})
+    await send({"type": "http.response.body", "body": content})
+
+
+def _consumers(path: str, body: Any) -> list[str]:
+    """The consumers an allocations write is for."""
+    found = _CONSUMER.match(path)
+    if found is not None:
+        return [found.group(1).lower()]
+    return [str(c).lower() for c in body] if isinstance(body, dict) else []
+
+
+async def _answer(reply: Any, scope: Scope, receive: Receive, send: Send) -> None:
+    """A child's answer, as it answered."""
+    content = json.dumps(reply.body).encode() if reply.body is not None else b""
+    out = Response(content=content, status_code=reply.status,
+                   media_type="application/json" if content else None)
+    await out(scope, receive, send)
+
+
+async def _capture(app: ASGIApp, scope: Scope, receive: Receive
+                   ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The inner app's answer, kept instead of sent."""
+    status = 500
+    headers: list[tuple[bytes, bytes]] = []
+    chunks: list[bytes] = []
+
+    async def keep(message: Message) -> None:
+        nonlocal status, headers
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            headers = list(message.get("headers", []))
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, keep)
+    return status, headers, b"".join(chunks)
+
+
+async def _read(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+
+async def _replay(status: int, headers: list[tuple[bytes, bytes]], body: bytes,
+                  scope: Scope, receive: Receive, send: Send) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
