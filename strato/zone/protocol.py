@@ -130,6 +130,9 @@ class ClassUsage(_Message):
     capacity: Count
     used: Count
     largest_free: Count
+    # Bounds of a spread score (zone/summary.py); None from an older zone.
+    best_share: Annotated[float, Field(ge=0.0, le=1.0, strict=False)] | None = None
+    max_capacity: Count | None = None
 
 
 class ChildRow(_Message):
@@ -345,6 +348,11 @@ class ErrorBody(_Message):
         return out
 
 
+# A token that is sent as a header value: no control character (a CR or LF
+# would let a registering zone write headers of its own into our calls).
+TOKEN_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+
+
 class Registration(_Message):
     """POST {parent}/strato/v1/children: a child introduces itself."""
 
@@ -353,7 +361,7 @@ class Registration(_Message):
     url: Annotated[str, Field(min_length=1, max_length=1024)]
     location_prefix: Annotated[str, Field(max_length=MAX_TEXT)] | None = None
     tags: list[Name] = Field(default_factory=list, max_length=MAX_TAGS)
-    credential: Annotated[str, Field(max_length=1024)] | None = None
+    credential: Annotated[str, Field(max_length=1024, pattern=TOKEN_PATTERN)] | None = None
     identity: Annotated[str, Field(min_length=16, max_length=256)] | None = None
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy.engine import Connection
+from starlette.concurrency import run_in_threadpool
 
 from strato.engine import cache as kept
 from strato.engine import candidates as builder
@@ -40,6 +41,10 @@ from strato.store import ledger, provisional
 from strato.store import meta as meta_store
 from strato.store.allocations import ConsumerClaim, claim
 from strato.zone.summary import own_summary
+
+# Combinations a plan may examine on the event loop (about 20 ms) before it is
+# moved to a worker thread.
+INLINE_COMBINATIONS = 1_000
 
 NO_VALID_PLACEMENT = "strato.no_valid_placement"
 MAX_CLAIM_RETRIES = 8
@@ -136,6 +141,15 @@ class Planner:
                            if req.explain else None)
                 # In the order they were dropped: lowest weight first.
                 return Plan(options, assignment, relaxed=dropped[::-1], explain=explain)
+        spent = builder.spent()
+        if spent is not None:
+            # The search stopped before it could tell: say so, not a filter.
+            why = (f"the search stopped after examining {spent} combinations of nested "
+                   "providers (--max-combinations): fewer granular groups, or a higher "
+                   "limit, would let it look further")
+            raise NoValidPlacement(
+                f"no valid placement for {count} consumer(s) in zone {self.zone}: {why}",
+                {"zone": self.zone, "summary": why, "groups": []} if explain_failure else {})
         if not explain_failure:
             raise NoValidPlacement(f"no valid placement for {count} consumer(s) in zone "
                                    f"{self.zone}", {})
@@ -255,7 +269,7 @@ class LocalScheduler:
             return found
         retries = 0
         while True:
-            plan = self._plan(req)
+            plan = await self._plan_async(req)
             if req.dry_run:
                 return self._answer(req, plan, retries)
             try:
@@ -381,7 +395,24 @@ class LocalScheduler:
 
     # -- planning ----------------------------------------------------------------
 
+    async def _plan_async(self, req: ScheduleRequest) -> Plan:
+        """Plan on the event loop while the request is cheap; one that would
+        examine more than INLINE_COMBINATIONS combinations of nested providers
+        is planned again in a worker thread, so that the loop stays free."""
+        most = self.engine.config.max_combinations
+        if most <= INLINE_COMBINATIONS:
+            return self._plan(req)
+        try:
+            with builder.budget(builder.Budget(INLINE_COMBINATIONS, escalate=True)):
+                return self._plan_bounded(req)
+        except builder.TooBig:
+            return await run_in_threadpool(self._plan, req)
+
     def _plan(self, req: ScheduleRequest) -> Plan:
+        with builder.budget(combinations=self.engine.config.max_combinations):
+            return self._plan_bounded(req)
+
+    def _plan_bounded(self, req: ScheduleRequest) -> Plan:
         self.engine.settle()
         spread_groups = {c.group or req.group for c in req.constraints
                          if isinstance(c, SpreadRuleSpec)}

@@ -345,6 +345,25 @@ async def _plan(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
     return plans
 
 
+def _binding(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
+             wide: Sequence[tuple[int, SpreadRuleSpec]]) -> list[str]:
+    """The hard rules above the children that cannot hold the request's
+    instances in the domains the children with room make up, e.g.
+    "anti_affinity db@zone: 3 instances, 2 zones"."""
+    n = len(req.consumers)
+    out = []
+    for _, r in wide:
+        most = 1 if r.type == "anti_affinity" else r.max_per_domain
+        if not r.hard or most is None:
+            continue
+        domains = {domain(k, r.level) or k.name for k, c in counts if c > 0}
+        if len(domains) * most < n:
+            each = "" if r.type == "anti_affinity" else f" (at most {most} in each)"
+            out.append(f"{r.type} {r.group or req.group or '-'}@{r.level}: {n} instances, "
+                       f"{len(domains)} {r.level}{'s' if len(domains) != 1 else ''}{each}")
+    return out
+
+
 def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
            wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy | None = None
            ) -> tuple[list[tuple[Child, int]], list[dict[str, Any]]]:
@@ -510,9 +529,12 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     total = sum(c for _, c in shares)
     if not total or (req.atomic and total < n):
         took = ", ".join(f"{k.name}: {c}" for k, c in shares) or "none"
-        outcomes.append(Outcome(DIVIDED, Result.NO_VALID_PLACEMENT,
-                                f"the children could take {total} of {n} "
-                                f"instance(s) together ({took})"))
+        why = f"the children could take {total} of {n} instance(s) together ({took})"
+        rules = _binding(req, counts, wide) if sum(c for _, c in counts) >= n else []
+        if rules:
+            # Room enough: a rule above the children is what made it impossible.
+            why = f"{'; '.join(rules)}: {why}"
+        outcomes.append(Outcome(DIVIDED, Result.NO_VALID_PLACEMENT, why))
         return None
     consumers = list(req.consumers)
     split: list[tuple[Child, list[str]]] = []

@@ -10,7 +10,7 @@ import signal
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,10 @@ def cells(tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
                                     "tags": []})
                     assert r.status_code == 200, r.text
         with api.client(root.url) as c:
-            wait_for(lambda: {k for k, v in children(c).items() if v.get("summary")}
+            # Summaries that hold the hosts (one taken as a cell registered
+            # would show an empty cell, and the root prunes what cannot fit).
+            wait_for(lambda: {k for k, v in children(c).items()
+                              if (v.get("summary") or {}).get("providers") == 4}
                      == {"dfw", "ord"})
         yield procs
     finally:
@@ -109,8 +112,14 @@ class CuttingRelay:
     new connections too) as soon as a held share passes through it: the share
     arrives and is held, its answer never does, until heal() (once only)."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, on_share: Callable[[], None] | None = None,
+                 trigger: bytes = b'"hold_ttl"') -> None:
+        """`on_share`: done instead of going dark, when `trigger` is in what the
+        parent sends, before it is passed on."""
         self.target_port = target_port
+        self.on_share = on_share
+        self.trigger = trigger
+        self.seen = threading.Event()
         self.cut = threading.Event()
         self.armed = True  # goes dark once only
         self.port = 0
@@ -145,15 +154,37 @@ class CuttingRelay:
                 while data := await src.read(65536):
                     if self.cut.is_set():
                         break
+                    hit = watch and self.armed and self.trigger in data
+                    if hit and self.on_share is not None:
+                        self.armed = False
+                        self.seen.set()
+                        self.on_share()
                     dst.write(data)
                     await dst.drain()
-                    if watch and self.armed and b'"hold_ttl"' in data:
+                    if hit and self.on_share is None:
+                        self.seen.set()
                         self.cut.set()
             except OSError:
                 pass
             finally:
                 dst.close()
         await asyncio.gather(pipe(reader, up_w, True), pipe(up_r, writer, False))
+
+
+def start_cells(tmp_path: Path, procs: dict[str, ServerProcess], relay: CuttingRelay,
+                port: int) -> None:
+    """dfw and ord under procs["root"], four 8-VCPU hosts each; the root
+    reaches ord (on `port`) through `relay`."""
+    for name in ("dfw", "ord"):
+        extra = ["--location-prefix", name, "--hold-ttl", HOLD_TTL]
+        if name == "ord":
+            extra += ["--advertise-url", f"http://127.0.0.1:{relay.port}"]
+            procs[name] = zone(tmp_path, name, procs["root"], extra, port=port).start()
+        else:
+            procs[name] = zone(tmp_path, name, procs["root"], extra).start()
+        with api.client(procs[name].url) as c:
+            for i in range(4):
+                api.make_provider(c, f"{name}-h{i}", {"VCPU": {"total": 8}})
 
 
 def test_a_gang_whose_cell_goes_dark_while_it_claims_leaves_nothing_held(
@@ -163,23 +194,15 @@ def test_a_gang_whose_cell_goes_dark_while_it_claims_leaves_nothing_held(
     not answer). ord's hold expires by itself after the TTL; nothing stays."""
     root = zone(tmp_path, "root", extra=["--hold-ttl", HOLD_TTL]).start()
     procs = {"root": root}
-    relay: CuttingRelay | None = None
     try:
-        for name in ("dfw", "ord"):
-            extra = ["--location-prefix", name, "--hold-ttl", HOLD_TTL]
-            if name == "ord":
-                port = free_port()
-                relay = CuttingRelay(port).start()
-                extra += ["--advertise-url", f"http://127.0.0.1:{relay.port}"]
-                procs[name] = zone(tmp_path, name, root, extra, port=port).start()
-            else:
-                procs[name] = zone(tmp_path, name, root, extra).start()
-            with api.client(procs[name].url) as c:
-                for i in range(4):
-                    api.make_provider(c, f"{name}-h{i}", {"VCPU": {"total": 8}})
-        assert relay is not None
+        port = free_port()
+        relay = CuttingRelay(port).start()
+        start_cells(tmp_path, procs, relay, port)
         with api.client(root.url) as c:
-            wait_for(lambda: {k for k, v in children(c).items() if v.get("summary")}
+            # Summaries that hold the hosts (one taken as a cell registered
+            # would show an empty cell, and the root prunes what cannot fit).
+            wait_for(lambda: {k for k, v in children(c).items()
+                              if (v.get("summary") or {}).get("providers") == 4}
                      == {"dfw", "ord"})
             body = req(6, request_id=f"gang-{uuid.uuid4()}")
             r = c.post("/strato/v1/schedule", json=body)
@@ -198,3 +221,89 @@ def test_a_gang_whose_cell_goes_dark_while_it_claims_leaves_nothing_held(
     finally:
         for p in procs.values():
             p.stop()
+
+
+def test_a_gang_whose_cell_is_frozen_while_it_claims_leaves_nothing_held(
+        tmp_path: Path) -> None:
+    """As above, but ord is paused (SIGSTOP) after its share is held, as the
+    root's confirm is about to reach it, and resumed after the hold's TTL: the
+    root gave up and undid dfw's share; ord, resumed, neither keeps its hold
+    nor confirms it for the expired request."""
+    root = zone(tmp_path, "root", extra=["--hold-ttl", HOLD_TTL]).start()
+    procs = {"root": root}
+    frozen = threading.Event()
+
+    def freeze() -> None:
+        proc = procs["ord"].proc
+        assert proc is not None
+        proc.send_signal(signal.SIGSTOP)
+        frozen.set()
+    try:
+        port = free_port()
+        relay = CuttingRelay(port, on_share=freeze,
+                             trigger=b"/strato/v1/claims/confirm").start()
+        start_cells(tmp_path, procs, relay, port)
+        with api.client(root.url, timeout=60) as c:
+            # Summaries that hold the hosts (one taken as a cell registered
+            # would show an empty cell, and the root prunes what cannot fit).
+            wait_for(lambda: {k for k, v in children(c).items()
+                              if (v.get("summary") or {}).get("providers") == 4}
+                     == {"dfw", "ord"})
+            body = req(6, request_id=f"gang-{uuid.uuid4()}")
+            r = c.post("/strato/v1/schedule", json=body)
+            assert frozen.wait(10), "the confirm never reached ord"
+            assert r.status_code == 503, r.text
+            with api.client(procs["dfw"].url) as d:  # (ord cannot answer: paused)
+                s = d.get("/strato/v1/summary?fresh=true").json()
+                assert int(s["classes"].get("VCPU", {}).get("used", 0)) == 0
+            threading.Event().wait(float(HOLD_TTL) + 1)  # the hold's TTL passes, frozen
+            proc = procs["ord"].proc
+            assert proc is not None
+            proc.send_signal(signal.SIGCONT)
+            wait_for(lambda: used(procs)["ord"] == 0, timeout=30)
+            # And it stays so: nothing acts on the expired request later.
+            threading.Event().wait(3)
+            assert used(procs) == {"dfw": 0, "ord": 0}
+            wait_for(lambda: children(c)["ord"]["health"]["healthy"], timeout=30)
+            r = c.post("/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+            assert sum(used(procs).values()) == 48
+    finally:
+        for p in procs.values():
+            if p.proc and p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGCONT)
+            p.stop()
+
+
+def test_zone_level_rules_and_topology_spread(cells: dict[str, ServerProcess]) -> None:
+    small = [{"resources": {"VCPU": 2}}]
+    with api.client(cells["root"].url) as c:
+        # One per child zone; three cannot be.
+        r = c.post("/strato/v1/schedule", json=req(
+            2, group="db", constraints=[{"type": "anti_affinity", "level": "zone"}]))
+        assert r.status_code == 200, r.text
+        assert where(r.json()) == {"dfw": 1, "ord": 1}
+        r = c.post("/strato/v1/schedule", json=req(
+            3, group="db2", constraints=[{"type": "anti_affinity", "level": "zone"}]))
+        assert r.status_code == 409, r.text
+        assert "anti_affinity db2@zone: 3 instances, 2 zones" in r.text, r.text[:1500]
+        before = used(cells)
+        # Even over the sites: 4 instances, skew 1.
+        r = c.post("/strato/v1/schedule", json={**req(4, group="web"), "groups": small,
+                                                "constraints": [{"type": "spread",
+                                                                 "level": "site",
+                                                                 "max_skew": 1}]})
+        assert r.status_code == 200, r.text
+        assert where(r.json()) == {"dfw": 2, "ord": 2}
+        # At most one per site: three are refused whole, or two placed.
+        rule = [{"type": "spread", "level": "site", "max_per_domain": 1}]
+        r = c.post("/strato/v1/schedule", json={**req(3, group="one"), "groups": small,
+                                                "constraints": rule})
+        assert r.status_code == 409, r.text
+        after = used(cells)
+        assert after == {k: before[k] + 4 for k in before}
+        r = c.post("/strato/v1/schedule", json={**req(3, group="one2", atomic=False),
+                                                "groups": small, "constraints": rule})
+        assert r.status_code == 200, r.text
+        assert where(r.json()) == {"dfw": 1, "ord": 1}
+        assert len(r.json()["unplaced"]) == 1
