@@ -96,7 +96,7 @@ class StratoMiddleware:
                                       accept=headers.get("accept"))
                 await resp(scope, receive, send_with_headers)
                 return
-            receive = _replay(body, receive)
+            receive = replay_body(body, receive)
         await self.app(scope, self._limited(receive), send_with_headers)
 
     def _limited(self, receive: Receive) -> Receive:
@@ -134,7 +134,9 @@ async def _read_capped(receive: Receive, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """`receive` for an app that reads a body already read: `body`, then what
+    the client sends next (its disconnect)."""
     sent = False
 
     async def again() -> Message:

@@ -60,7 +60,9 @@ def build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, *,
     fast = cb._plain(index, request, scorer, exclude)
     if fast is not None:
         return fast
-    kept = build_kept(index, request, scorer, max_candidates=max_candidates, exclude=exclude)
+    with cb.budget():
+        kept = build_kept(index, request, scorer, max_candidates=max_candidates,
+                          exclude=exclude)
     if kept is not None:
         return kept
     return cb.build(index, request, scorer, max_candidates=max_candidates, seed=seed,

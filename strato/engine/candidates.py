@@ -20,13 +20,26 @@ providers at once. Only the remaining "complex" trees (nested providers or
 sharing providers) are enumerated in Python; with a limit, they are visited
 best bound first and the walk stops once no tree can beat the current
 k-th candidate.
+
+How it stays bounded: the enumeration is a product of each group's options,
+which grows as (providers per tree) ** (groups): 4 granular groups over a
+host with 40 children are 2.56 million combinations. A request examines at
+most `Budget.combinations` of them, and one tree at most `Budget.per_tree`
+(so the walk goes on to other trees: breadth across roots, as Placement's
+breadth-first generation strategy does). A tree whose product is over the
+per-tree cap has each group's options ordered best first, so the
+combinations that are examined are the likeliest to rank. The budget is the
+request's, set by the caller (`budget()`), shared by every `build` of it.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +57,85 @@ NEG_INF = -np.inf
 # Scores are means of item scores; a bound is a max of item scores. Rounding
 # could put a mean a hair above the max: compare bounds with this slack.
 EPS = 1e-9
+
+
+# Defaults: about a second of enumeration on this project's reference machine
+# (~20 µs a combination), and enough for every tree of real hardware (8 NUMA
+# nodes x 8 devices x 4 groups is 4,096 combinations).
+MAX_COMBINATIONS = 100_000
+MAX_PER_TREE = 10_000
+
+
+class TooBig(Exception):
+    """A budget that escalates ran out: plan this request where it may take longer."""
+
+
+class Budget:
+    """Combinations one request may examine (see the module's docstring).
+
+    Spent, it stops the enumeration (what was found so far is the answer), or,
+    with `escalate`, raises `TooBig`: an event loop plans a cheap request
+    itself and hands an expensive one to a worker thread."""
+
+    __slots__ = ("allowed", "combinations", "escalate", "exhausted", "per_tree")
+
+    def __init__(self, combinations: int = MAX_COMBINATIONS, per_tree: int = MAX_PER_TREE,
+                 *, escalate: bool = False) -> None:
+        self.allowed = self.combinations = combinations
+        self.per_tree = max(1, min(per_tree, combinations))
+        self.escalate = escalate
+        self.exhausted = False
+
+    def cut(self) -> None:
+        """A tree's share is spent: the search is no longer complete."""
+        self.exhausted = True
+        if self.escalate:
+            raise TooBig()
+
+    def take(self, n: int = 1) -> bool:
+        """Spend `n`; False (or TooBig) when nothing is left."""
+        if self.combinations < n:
+            self.exhausted = True
+            if self.escalate:
+                raise TooBig()
+            return False
+        self.combinations -= n
+        return True
+
+
+_BUDGET: ContextVar[Budget | None] = ContextVar("strato_candidate_budget", default=None)
+
+
+@contextmanager
+def budget(b: Budget | None = None, *, combinations: int | None = None
+           ) -> Iterator[Budget]:
+    """Every `build` inside shares `b` (contextvars follow worker threads).
+    Without `b`: the budget already set, else a new one of `combinations`."""
+    if b is None:
+        current = _BUDGET.get()
+        if current is not None:
+            yield current
+            return
+        b = Budget(MAX_COMBINATIONS if combinations is None else combinations)
+    token = _BUDGET.set(b)
+    try:
+        yield b
+    finally:
+        _BUDGET.reset(token)
+
+
+def spent() -> int | None:
+    """How many combinations the current budget let the request examine, if
+    the search was cut short by it (in all, or on one tree)."""
+    b = _BUDGET.get()
+    return b.allowed - b.combinations if b is not None and b.exhausted else None
+
+
+def _spend() -> Budget:
+    b = _BUDGET.get()
+    if b is None:  # a caller outside build(): the per-tree cap still holds
+        b = Budget()
+    return b
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +185,13 @@ def build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, *,
     fast = _plain(index, request, scorer, exclude)
     if fast is not None:
         return fast
+    with budget():
+        return _build(index, request, scorer, max_candidates, seed, exclude)
+
+
+def _build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
+           max_candidates: int, seed: int | None, exclude: BoolArray | None
+           ) -> list[Candidate]:
     ctx = _prepare(index, request, scorer, max_candidates, seed, exclude)
     if ctx is None:
         return []
@@ -463,10 +562,58 @@ def _enumerate_tree(ctx: _Context, t: int) -> Iterator[Candidate]:
         if not opts:
             return
         options.append(opts)
-    for combo in itertools.product(*options):
+    spend = _spend()
+    if math.prod(len(o) for o in options) <= spend.per_tree:
+        combos: Iterator[Sequence[_Choice]] = itertools.product(*options)
+    else:
+        combos = _diverse([_best_first(ctx, o) for o in options])
+    for n, combo in enumerate(combos):
+        if n >= spend.per_tree:
+            spend.cut()
+            return
+        if not spend.take():
+            return
         cand = _merge(ctx, combo)
         if cand is not None:
             yield cand
+
+
+def _diverse(options: list[list[_Choice]]) -> Iterator[tuple[_Choice, ...]]:
+    """Every combination of `options` (each list best first), in an order
+    that is cut short: first the diagonals (group i takes option k + s*i),
+    which put the groups on many different providers, and on the best ones
+    first (s = 0 puts every group on its k-th best; s = 1 on consecutive
+    ones, distinct as group_policy=isolate wants); then the rest in order.
+    In plain product order, the first million combinations of 16 groups over
+    40 providers would all put the first group on the same provider."""
+    sizes = [len(o) for o in options]
+    width = max(sizes)
+    seen: set[tuple[int, ...]] = set()
+    for shift in range(width):
+        for k in range(width):
+            at = tuple((k + shift * i) % n for i, n in enumerate(sizes))
+            if at not in seen:
+                seen.add(at)
+                yield tuple(o[j] for o, j in zip(options, at, strict=True))
+    for at in itertools.product(*(range(n) for n in sizes)):
+        if at not in seen:
+            yield tuple(o[j] for o, j in zip(options, at, strict=True))
+
+
+def _best_first(ctx: _Context, options: list[_Choice]) -> list[_Choice]:
+    """`options` by the score their own items would have alone, best first."""
+    def score(choice: _Choice) -> float:
+        rcs, free, caps = [], [], []
+        for p, rc, a in choice[0]:
+            col = ctx.index.rc_columns(rc)
+            if col is None:
+                continue
+            cap = float(col.capacity[p])
+            rcs.append(rc)
+            free.append(cap - float(col.used[p]) - a)
+            caps.append(cap)
+        return ctx.scorer.items(rcs, free, caps)
+    return sorted(options, key=score, reverse=True)
 
 
 def _served(ctx: _Context, t: int, members: npt.NDArray[np.int32], mask: BoolArray,
@@ -498,7 +645,13 @@ def _group_options(ctx: _Context, i: int, m: GroupMasks, t: int,
         per_rc.append(provs)
     out: list[_Choice] = []
     traits = ctx.index.traits
-    for combo in itertools.product(*per_rc):
+    spend = _spend()
+    for n, combo in enumerate(itertools.product(*per_rc)):
+        if n >= spend.per_tree:
+            spend.cut()
+            break
+        if not spend.take():
+            break
         if g.required:
             have = frozenset().union(*(traits[p] for p in set(combo)))
             if not all(have.intersection(anyof) for anyof in g.required):

@@ -23,6 +23,7 @@ import numpy as np
 from sqlalchemy.engine import Connection
 
 from strato.engine import cache as kept
+from strato.engine import candidates as builder
 from strato.engine.index import BoolArray, ProviderIndex
 from strato.engine.loader import known_names, load_records, load_usage
 from strato.engine.request import CandidateRequest
@@ -42,17 +43,21 @@ class EngineConfig:
     # Stop generating after this many candidates (Placement's
     # max_allocation_candidates); -1: no cap.
     max_candidates: int = -1
+    # Combinations of nested providers one request may examine (see
+    # engine/candidates.py): bounds its time and memory.
+    max_combinations: int = builder.MAX_COMBINATIONS
     # Rebuild the whole index when a refresh touches more than this share of it.
     full_reload_ratio: float = 0.25
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *,
                  weigher: str | None = None, class_weights: Mapping[str, float] | None = None,
-                 randomize: bool | None = None, max_candidates: int | None = None
-                 ) -> EngineConfig:
+                 randomize: bool | None = None, max_candidates: int | None = None,
+                 max_combinations: int | None = None) -> EngineConfig:
         """The given values; each one left None comes from the environment
         (STRATO_WEIGHER=spread|pack, STRATO_CLASS_WEIGHTS=VCPU:2,MEMORY_MB:1,
-        STRATO_RANDOMIZE_CANDIDATES=1, STRATO_MAX_CANDIDATES=N), else the default.
+        STRATO_RANDOMIZE_CANDIDATES=1, STRATO_MAX_CANDIDATES=N,
+        STRATO_MAX_COMBINATIONS=N), else the default.
 
         Raises ValueError on an unknown weigher or a malformed value.
         """
@@ -66,9 +71,14 @@ class EngineConfig:
                                                                                  "yes")
         if max_candidates is None:
             max_candidates = int(env.get("STRATO_MAX_CANDIDATES") or "-1")
+        if max_combinations is None:
+            max_combinations = int(env.get("STRATO_MAX_COMBINATIONS")
+                                   or builder.MAX_COMBINATIONS)
+        if max_combinations < 1:
+            raise ValueError(f"max combinations must be at least 1, not {max_combinations}")
         return cls(weigher=WeigherConfig(name=weigher, class_weights=dict(class_weights),
                                          randomize=randomize),
-                   max_candidates=max_candidates)
+                   max_candidates=max_candidates, max_combinations=max_combinations)
 
 
 def parse_class_weights(text: str) -> dict[str, float]:
@@ -346,8 +356,9 @@ class Engine:
     def _query_locked(self, request: CandidateRequest, seq: int,
                       exclude: BoolArray | None = None) -> CandidateResult:
         index = self.index
-        cands = kept.build(index, request, self.scorer,
-                              max_candidates=self.config.max_candidates, exclude=exclude)
+        with builder.budget(combinations=self.config.max_combinations):
+            cands = kept.build(index, request, self.scorer,
+                               max_candidates=self.config.max_candidates, exclude=exclude)
         uuids = index.uuids
         out: list[AllocationRequest] = []
         for c in cands:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,3 +95,56 @@ def test_a_500_carries_the_request_id(sqlite_db_url: str) -> None:
     assert r.status_code == 500
     ids = r.headers.get_list("x-openstack-request-id")
     assert len(ids) == 1 and ids[0] == r.json()["errors"][0]["request_id"]
+
+
+def _nested_host(c: TestClient, children: int) -> None:
+    root = str(uuid.uuid4())
+    assert c.post("/resource_providers", json={"name": "host", "uuid": root}).status_code == 200
+    for i in range(children):
+        u = str(uuid.uuid4())
+        r = c.post("/resource_providers",
+                   json={"name": f"numa{i}", "uuid": u, "parent_provider_uuid": root})
+        assert r.status_code == 200, r.text
+        r = c.put(f"/resource_providers/{u}/inventories", json={
+            "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 64}}})
+        assert r.status_code == 200, r.text
+
+
+def test_granular_groups_over_many_children_stay_bounded(client: TestClient) -> None:
+    """40 children, 4 isolated groups: 2.56 million combinations, examined at
+    most MAX_COMBINATIONS; the ones examined first are diverse (isolate finds
+    distinct providers at once)."""
+    _nested_host(client, 40)
+    q = "&".join(f"resources{g}=VCPU:1" for g in range(1, 5))
+    t = time.monotonic()
+    r = client.get(f"/allocation_candidates?{q}&group_policy=isolate&limit=20")
+    assert time.monotonic() - t < 20
+    assert r.status_code == 200, r.text
+    reqs = r.json()["allocation_requests"]
+    assert len(reqs) == 20
+    for a in reqs:
+        assert len({p for ps in a["mappings"].values() for p in ps}) == 4
+
+
+def test_a_spent_budget_is_named_in_the_refusal(sqlite_db_url: str) -> None:
+    db = Database(sqlite_db_url)
+    app = create_app(Settings(db_url=db.url, max_combinations=1), db=db, migrate=False)
+    with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as c:
+        _nested_host(c, 12)
+        r = c.post("/strato/v1/schedule", json={
+            "consumers": [str(uuid.uuid4()) for _ in range(90)], "project_id": "p",
+            "user_id": "u", "group_policy": "none",
+            "groups": [{"suffix": str(g), "resources": {"VCPU": 1}} for g in range(1, 9)]})
+        assert r.status_code == 409, r.text[:300]
+        assert "--max-combinations" in r.json()["errors"][0]["detail"]
+        assert c.get("/usages?project_id=p").json()["usages"] == {}
+    db.dispose()
+
+
+@pytest.mark.parametrize("credential", ["tok\r\nx-injected: 1", "tok\nx", "a\x00b"])
+def test_a_credential_cannot_carry_header_lines(client: TestClient, credential: str) -> None:
+    r = client.post("/strato/v1/children", json={
+        "name": "dfw", "url": "http://127.0.0.1:9", "credential": credential})
+    assert r.status_code == 400, r.text
+    assert "credential" in r.json()["errors"][0]["detail"]
+    assert client.get("/strato/v1/children").json()["children"] == []

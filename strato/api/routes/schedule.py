@@ -18,6 +18,7 @@ from strato.api.metrics import Metrics, result_of
 from strato.api.responses import REQUEST_ID_KEY, json_response, strato_error_response
 from strato.model import errors
 from strato.model.schedule import ScheduleAnswer, ScheduleRequest
+from strato.zone import subtree
 from strato.zone.scheduler import NoValidPlacement
 from strato.zone.tree import ZoneTree
 
@@ -56,6 +57,7 @@ async def schedule_response(tree: ZoneTree, body: ScheduleRequest, rid: str | No
     try:
         answer = await tree.schedule(body)
         result, placed = "placed", len(answer.get("placements", []))
+        subtree.learn_placements(tree, answer)
         return json_response(answer)
     except errors.StratoError as exc:
         result = result_of(exc.status, exc.code)

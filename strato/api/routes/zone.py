@@ -20,6 +20,7 @@ from strato.model import errors
 from strato.model.location import LocationError, canonical_location, canonical_tags
 from strato.store import children as store
 from strato.store import provisional
+from strato.zone.protocol import TOKEN_PATTERN
 from strato.zone.tree import ZoneTree
 
 router = APIRouter(prefix="/strato/v1", tags=["zone tree"])
@@ -39,8 +40,9 @@ class ChildSpec(BaseModel):
                      "in-process zones).")
     location_prefix: str | None = None
     tags: list[str] = Field(default_factory=list)
-    credential: str | None = Field(default=None, max_length=1024,
-                                   description="Token this zone sends when calling the child.")
+    credential: str | None = Field(default=None, max_length=1024, pattern=TOKEN_PATTERN,
+                                   description="Token this zone sends when calling the child "
+                                   "(no control characters: it goes into a header).")
     identity: str | None = Field(
         default=None, min_length=16, max_length=256,
         description="The child zone's own secret identity (sent by `strato serve "
