@@ -285,7 +285,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sqlite-synchronous", choices=("FULL", "NORMAL"), default=None,
                     help="the HTTP zones' durability (strato serve --sqlite-synchronous); "
                     "default: theirs (FULL)")
+    ap.add_argument("--access-log", action="store_true",
+                    help="keep the HTTP zones' access lines (off by default here: a "
+                    "formatted line per request per zone, which code before them "
+                    "did not pay)")
+    ap.add_argument("--ledger-commit", choices=("sync", "async"), default=None,
+                    help="the HTTP zones' ledger commits (strato serve --ledger-commit); "
+                    "default: theirs (sync)")
     args = ap.parse_args(argv)
+    if not args.access_log:
+        os.environ["STRATO_ACCESS_LOG"] = "0"
+    if args.ledger_commit:
+        os.environ["STRATO_LEDGER_COMMIT"] = args.ledger_commit
     if args.sqlite_synchronous:
         os.environ["STRATO_SQLITE_SYNCHRONOUS"] = args.sqlite_synchronous
     if args.quick:
@@ -315,7 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 f"{args.depth_cells * args.per_cell:,} hosts, in-process, one "
                                 "client", results["depth"]))
     write_results(args.json, "tree", load_before,
-                  sqlite_synchronous=args.sqlite_synchronous or "FULL", **results)
+                  sqlite_synchronous=args.sqlite_synchronous or "FULL",
+                  ledger_commit=args.ledger_commit or "sync", **results)
     return 0
 
 

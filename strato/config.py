@@ -25,6 +25,7 @@ class Settings:
     class_weights: Mapping[str, float] | None = None
     randomize_candidates: bool | None = None
     max_candidates: int | None = None
+    max_combinations: int | None = None
     # The zone tree. This zone's static metadata, what its parent sees before
     # any summary: a location prefix (e.g. "dfw") and tags (e.g. "hipaa").
     location_prefix: str | None = None
@@ -51,6 +52,9 @@ class Settings:
     # (per process). 1 measured best on SQLite with 2 cores: concurrent
     # planners only contend for the GIL (benchmarks/README.md).
     schedule_concurrency: int = 1
+    # Routing zones' request ledger: "sync" (each write waits for the disk) or
+    # "async" (bounded window on a machine crash); see TreeConfig.
+    ledger_commit: str = "sync"
     # CORS (Placement's [cors] allowed_origin and allow_headers): none, no CORS.
     cors_allowed_origins: tuple[str, ...] = ()
     cors_allow_headers: tuple[str, ...] = ()

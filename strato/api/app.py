@@ -15,12 +15,13 @@ from fastapi.exceptions import RequestValidationError
 from sqlalchemy.exc import DataError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match
 
 import strato
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
+from strato.api.below import ProvidersBelow
 from strato.api.cors import CorsMiddleware, CorsPolicy
 from strato.api.fast import FastSchedule
 from strato.api.metrics import HttpMetrics, Metrics
@@ -124,7 +125,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.state.settings = settings
     engine = Engine(database, EngineConfig.from_env(
         weigher=settings.weigher, class_weights=settings.class_weights,
-        randomize=settings.randomize_candidates, max_candidates=settings.max_candidates))
+        randomize=settings.randomize_candidates, max_candidates=settings.max_candidates,
+        max_combinations=settings.max_combinations))
     app.state.engine = engine
     app.state.scheduler = LocalScheduler(engine, zone=settings.zone_name,
                                          stale_after=settings.stale_after,
@@ -140,7 +142,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
                                       request_timeout=settings.request_timeout,
                                       hold_ttl=settings.hold_ttl,
                                       request_retention=settings.request_retention,
-                                      schedule_concurrency=settings.schedule_concurrency))
+                                      schedule_concurrency=settings.schedule_concurrency,
+                                      ledger_commit=settings.ledger_commit))
     app.state.tree = tree
     app.state.policy = PolicyMode(settings.policy)
     app.state.metrics = Metrics(tree)
@@ -182,6 +185,15 @@ def create_app(settings: Settings, *, db: Database | None = None,
                               f"invalid value in request: {type(exc.orig).__name__}",
                               errors.DEFAULT, _rid(request))
 
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> Response:
+        # The client went away (or was cut off: api/server.py's body timeout)
+        # before its body arrived: nothing was done, and nobody to answer.
+        log.info("client disconnected before its body on %s %s", request.method,
+                 request.url.path)
+        return error_response(408, "Request Timeout", "the request body did not arrive",
+                              errors.DEFAULT, _rid(request))
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
@@ -196,6 +208,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
 
     strategy = auth or (TokenAuth(settings.auth_token) if settings.auth_token else NoAuth())
     # Runs inside StratoMiddleware: the middleware added last is the outermost.
+    app.add_middleware(ProvidersBelow, state=app.state)
     app.add_middleware(FastSchedule, state=app.state)
     app.add_middleware(StratoMiddleware, auth=strategy,
                        max_body_bytes=settings.max_body_bytes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import logging.config
@@ -86,6 +87,54 @@ def _check_port(host: str, port: int) -> None:
             raise typer.Exit(1) from None
 
 
+_LOCK: Any = None  # the lock file of the SQLite database this process serves
+
+
+def _lock_sqlite(url: str) -> None:
+    """One server per SQLite file: a second `strato serve` on the same file
+    (two zones sharing a database by mistake) ends in one line (exit 1). The
+    lock is the kernel's (flock): it goes with the process, kill -9 too."""
+    global _LOCK
+    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+        return
+    import fcntl
+
+    path = Path(url[len("sqlite:///"):]).expanduser().resolve()
+    if not path.parent.is_dir():
+        return  # _prepare_database says what is wrong
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    lock = os.fdopen(fd, "r+")  # held for the process's life
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o600)  # made by an earlier version: the pid is nobody else's
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        console.print(f"[red]{path} is already served[/] by {holder}: one strato serve per "
+                      "SQLite file (give each zone its own --db, or use PostgreSQL with "
+                      "--workers)", soft_wrap=True)
+        raise typer.Exit(1) from None
+    lock.truncate(0)
+    lock.write(f"pid {os.getpid()}\n")
+    lock.flush()
+    _LOCK = lock
+
+
+def _owner_only(path: Path) -> None:
+    """A zone's database holds its children's credentials: readable by its
+    owner only. New files (the database, its WAL and shared-memory files) are
+    made so by the umask; files made by an earlier version are tightened."""
+    os.umask(0o077)
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            if p.exists() and p.stat().st_uid == os.getuid():
+                p.chmod(0o600)
+        except OSError:
+            pass  # not ours to change: the operator's choice
+
+
 def _prepare_database(url: str, create: bool) -> None:
     """Migrate the schema; a database that cannot be used ends in one line
     saying what to do (exit 1), not a traceback."""
@@ -93,11 +142,13 @@ def _prepare_database(url: str, create: bool) -> None:
 
     from strato.store.migrate import upgrade
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        where = Path(url[len("sqlite:///"):]).expanduser().resolve().parent
+        path = Path(url[len("sqlite:///"):]).expanduser().resolve()
+        where = path.parent
         if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
             console.print(f"[red]cannot use {url}[/]: the directory {where} does not exist "
                           "or is not writable; pass --data-dir or --db with a writable path")
             raise typer.Exit(1)
+        _owner_only(path)
     database = Database(url)
     try:
         try:
@@ -160,10 +211,15 @@ def _pg_create(url: str) -> None:
 
 @app.command()
 def serve(
-    db: str = typer.Option(None, help="Database URL: sqlite:///path.db or "
+    config: str = typer.Option(None, "--config", envvar="STRATO_CONFIG",
+                               help="A TOML file of these settings (named as the options "
+                               "are); options and STRATO_* variables override it. "
+                               "strato config show prints what is in effect."),
+    db: str = typer.Option(None, envvar="STRATO_DB", help="Database URL: sqlite:///path.db or "
                            "postgresql+psycopg://user@host/dbname. Default: SQLite in the "
                            "data directory. Env: STRATO_DB."),
-    data_dir: str = typer.Option(None, help="Where the default SQLite file lives. "
+    data_dir: str = typer.Option(None, envvar="STRATO_DATA_DIR",
+                                 help="Where the default SQLite file lives. "
                                  "Env: STRATO_DATA_DIR."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8780, help="Port to listen on."),
@@ -176,6 +232,7 @@ def serve(
                                   "(access lines are logged at info)."),
     log_format: str = typer.Option("text", help="text or json (one JSON object a line)."),
     access_log: bool = typer.Option(True, "--access-log/--no-access-log",
+                                    envvar="STRATO_ACCESS_LOG",
                                     help="A line per HTTP request (at info)."),
     stale_after: float = typer.Option(90.0, envvar="STRATO_STALE_AFTER",
                                       help="Seconds without a report after which a provider "
@@ -194,6 +251,11 @@ def serve(
                                        help="Stop building allocation candidates after this "
                                        "many (Placement's max_allocation_candidates). "
                                        "Default: -1, no cap."),
+    max_combinations: int = typer.Option(
+        None, envvar="STRATO_MAX_COMBINATIONS",
+        help="Most combinations of nested providers one request may examine when it "
+        "builds candidates (bounds its time and memory; what was found by then is the "
+        "answer). Default: 100000, about a second."),
     zone: str = typer.Option("local", envvar="STRATO_ZONE",
                              help="This zone's name in the zone tree."),
     parent: str = typer.Option(None, envvar="STRATO_PARENT",
@@ -231,6 +293,28 @@ def serve(
                                "caller)."),
     create_db: bool = typer.Option(False, "--create-db", help="Create the PostgreSQL "
                                    "database named in --db if it does not exist."),
+    ledger_commit: str = typer.Option(
+        "sync", envvar="STRATO_LEDGER_COMMIT",
+        help="sync (default): a request's reservation, the parts it asks of "
+        "children and its answer each wait for the disk before the next step. "
+        "async: they do not (they survive the process dying, and the machine "
+        "dying after 0.1 s); claims on providers always wait. See "
+        "docs/operations.md."),
+    max_header_bytes: int = typer.Option(
+        64 * 1024, envvar="STRATO_MAX_HEADER_BYTES",
+        help="Most bytes of a request's line and headers (431 past it)."),
+    max_headers: int = typer.Option(100, envvar="STRATO_MAX_HEADERS",
+                                    help="Most header lines in a request (431 past it)."),
+    header_timeout: float = typer.Option(
+        10.0, envvar="STRATO_HEADER_TIMEOUT",
+        help="Seconds a request's headers may take to arrive (408, closed); a "
+        "connection that sends nothing is closed after this long too."),
+    body_timeout: float = typer.Option(
+        30.0, envvar="STRATO_BODY_TIMEOUT",
+        help="Seconds a request body may pause before the connection is closed."),
+    max_connections: int = typer.Option(
+        1000, envvar="STRATO_MAX_CONNECTIONS",
+        help="Open connections (and requests at work) per process; past it, 503."),
     sqlite_synchronous: str = typer.Option(
         "FULL", envvar="STRATO_SQLITE_SYNCHRONOUS",
         help="SQLite's durability: FULL (default: every commit is on disk before it is "
@@ -241,6 +325,7 @@ def serve(
     import uvicorn
 
     from strato.api.app import create_app
+    from strato.api.server import GuardedHttp, Limits
     from strato.engine.service import EngineConfig, parse_class_weights
 
     url = _db_url(db, data_dir)
@@ -251,7 +336,8 @@ def serve(
         weights = None if class_weights is None else parse_class_weights(class_weights)
         # Fail here, with the reason, rather than in every worker at start-up.
         EngineConfig.from_env(weigher=weigher, class_weights=weights,
-                              randomize=randomize_candidates, max_candidates=max_candidates)
+                              randomize=randomize_candidates, max_candidates=max_candidates,
+                              max_combinations=max_combinations)
     except ValueError as exc:
         console.print(f"[red]invalid ranking option[/]: {exc}")
         raise typer.Exit(2) from None
@@ -265,11 +351,24 @@ def serve(
         console.print(f"[red]refusing to listen on {host} without --auth-token[/]: "
                       "development mode (no token) is for loopback only")
         raise typer.Exit(2)
+    if ledger_commit not in ("sync", "async"):
+        console.print(f"[red]invalid --ledger-commit[/]: {ledger_commit} (sync or async)")
+        raise typer.Exit(2)
     sqlite_synchronous = sqlite_synchronous.upper()
     if sqlite_synchronous not in ("FULL", "NORMAL"):
         console.print(f"[red]invalid --sqlite-synchronous[/]: {sqlite_synchronous} "
                       "(FULL or NORMAL)")
         raise typer.Exit(2)
+    limits = Limits(max_header_bytes=max_header_bytes, max_headers=max_headers,
+                    header_timeout=header_timeout, body_timeout=body_timeout,
+                    max_connections=max_connections)
+    try:
+        limits.check()
+    except ValueError as exc:
+        console.print(f"[red]invalid server limit[/]: {exc}")
+        raise typer.Exit(2) from None
+    limits.export()  # for --workers: each worker's protocol reads them
+    GuardedHttp.limits = limits
     if workers > 1 and url.startswith("sqlite"):
         console.print("[red]--workers > 1 needs PostgreSQL[/]")
         raise typer.Exit(2)
@@ -279,7 +378,8 @@ def serve(
     settings = Settings(db_url=url, auth_token=auth_token, stale_after=stale_after,
                         weigher=weigher, class_weights=weights,
                         randomize_candidates=randomize_candidates,
-                        max_candidates=max_candidates, zone_name=zone,
+                        max_candidates=max_candidates, max_combinations=max_combinations,
+                        zone_name=zone,
                         parent_url=parent, parent_token=parent_token,
                         advertise_url=advertise_url or f"http://{host}:{port}",
                         location_prefix=location_prefix, zone_tags=tuple(tag),
@@ -288,13 +388,14 @@ def serve(
                         hold_ttl=hold_ttl, schedule_concurrency=schedule_concurrency,
                         cors_allowed_origins=tuple(cors_allowed_origin),
                         cors_allow_headers=tuple(cors_allow_header), policy=policy,
-                        sqlite_synchronous=sqlite_synchronous)
+                        sqlite_synchronous=sqlite_synchronous, ledger_commit=ledger_commit)
     if parent is not None and not _is_http_url(parent):
         console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
                       "URL (e.g. http://10.0.0.1:8780)")
         raise typer.Exit(2)
     _check_port(host, port)
     # Migrate once, before workers start, so they do not race on it.
+    _lock_sqlite(url)
     _prepare_database(url, create_db)
     console.print(f"strato serving on http://{host}:{port} database={_redact(url)}")
     if log_format not in logs.FORMATS:
@@ -315,19 +416,24 @@ def serve(
         ranking = {"STRATO_WEIGHER": weigher, "STRATO_CLASS_WEIGHTS": class_weights,
                    "STRATO_MAX_CANDIDATES": None if max_candidates is None
                    else str(max_candidates),
+                   "STRATO_MAX_COMBINATIONS": None if max_combinations is None
+                   else str(max_combinations),
                    "STRATO_RANDOMIZE_CANDIDATES": None if randomize_candidates is None
                    else str(int(randomize_candidates))}
         os.environ.update({k: v for k, v in ranking.items() if v is not None})
         os.environ["STRATO_POLICY"] = policy
+        os.environ["STRATO_LEDGER_COMMIT"] = ledger_commit
         os.environ["STRATO_CORS_ALLOWED_ORIGINS"] = ",".join(cors_allowed_origin)
         os.environ["STRATO_CORS_ALLOW_HEADERS"] = ",".join(cors_allow_header)
         uvicorn.run("strato.cli.main:app_from_env", factory=True, host=host, port=port,
                     workers=workers, log_config=log_config, access_log=access_log,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=GuardedHttp,
+                    limit_concurrency=limits.max_connections)
     else:
         uvicorn.run(create_app(settings, migrate=False), host=host, port=port,
                     log_config=log_config, access_log=access_log,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=GuardedHttp,
+                    limit_concurrency=limits.max_connections)
 
 
 # On SIGTERM, requests still at work get this long: a request can have a
@@ -358,7 +464,8 @@ def app_from_env() -> FastAPI:
                                                       "").split(",") if o),
         cors_allow_headers=tuple(h for h in env.get("STRATO_CORS_ALLOW_HEADERS",
                                                     "").split(",") if h),
-        policy=env.get("STRATO_POLICY", "legacy")),
+        policy=env.get("STRATO_POLICY", "legacy"),
+        ledger_commit=env.get("STRATO_LEDGER_COMMIT", "sync")),
         migrate=False)
 
 
@@ -403,7 +510,9 @@ def demo(
 
 # `strato agent` and `strato providers` live in their own modules (the agent must
 # not import the server).
+from strato.cli import config as config_file  # noqa: E402
 from strato.cli.agent import agent as _agent_command  # noqa: E402
+from strato.cli.children import children_app as _children_app  # noqa: E402
 from strato.cli.providers import providers as _providers_command  # noqa: E402
 from strato.cli.release import release as _release_command  # noqa: E402
 from strato.cli.schedule import explain as _explain_command  # noqa: E402
@@ -418,10 +527,21 @@ app.command("explain")(_explain_command)
 app.command("release")(_release_command)
 app.command("tree")(_tree_command)
 app.command("sim")(_sim_command)
+app.add_typer(config_file.config_app, name="config")
+app.add_typer(_children_app, name="children")
 
 
 def main() -> None:
-    app()
+    group = typer.main.get_command(app)
+    args = sys.argv[1:]
+    try:
+        # Settings from `--config FILE` become the options' defaults, so the
+        # command line and the environment still override them.
+        defaults = config_file.default_map(args, os.environ, group)
+    except config_file.ConfigError as exc:
+        console.print(f"[red]invalid configuration[/]: {exc}", soft_wrap=True)
+        raise SystemExit(2) from None
+    group.main(args=args, prog_name="strato", default_map=defaults)
 
 
 if __name__ == "__main__":

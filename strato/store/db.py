@@ -17,6 +17,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -60,6 +61,9 @@ class Database:
             kwargs["max_overflow"] = 20
             kwargs["pool_pre_ping"] = True
         self.engine: Engine = sa.create_engine(url, **kwargs)
+        # Commits wait for the disk (SQLite's FULL): a lazy write opts out.
+        self.fsyncs = self.is_sqlite and sqlite_synchronous.upper() == "FULL"
+        self._lazy = _LazySync(self) if self.fsyncs else None
         if self.is_sqlite:
             self._setup_sqlite(sqlite_synchronous)
         # Serialises SQLite writers inside this process so that they queue on a
@@ -99,14 +103,33 @@ class Database:
             yield conn
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
+    def write(self, *, lazy: bool = False) -> Iterator[Connection]:
+        """A write transaction. `lazy`: its commit does not wait for the disk
+        (see `_LazySync`): it survives the process dying, and the machine
+        dying after the next sync (within LAZY_SYNC_S), not before."""
         if self.is_sqlite:
             with self._sqlite_write_lock, self.engine.connect() as conn:
                 conn.execution_options(**{_WRITE: True})
-                with conn.begin():
-                    yield conn
+                relax = lazy and self._lazy is not None
+                if relax:
+                    _synchronous(conn, "NORMAL")
+                try:
+                    with conn.begin():
+                        yield conn
+                finally:
+                    if relax:
+                        self._lazy.wrote()  # type: ignore[union-attr]
+                        try:
+                            _synchronous(conn, "FULL")
+                        except Exception:
+                            # Never back in the pool without its durability.
+                            conn.invalidate()
         else:
             with self.engine.connect() as conn, conn.begin():
+                if lazy:
+                    # PostgreSQL's own form of the same: its WAL writer flushes
+                    # within 3 x wal_writer_delay.
+                    conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
                 yield conn
 
     def batched(self, job: Callable[[Connection], T],
@@ -129,7 +152,7 @@ class Database:
         return self._batcher.run(job, after)
 
     def submit(self, job: Callable[[Connection], T],
-               after: Callable[[T], None] | None = None) -> Future[T]:
+               after: Callable[[T], None] | None = None, *, lazy: bool = False) -> Future[T]:
         """`batched()` without waiting: the job runs in this database's writer
         thread (grouped with whatever else is waiting) and the future holds its
         result or exception once committed, `after` done. For an event loop,
@@ -139,13 +162,25 @@ class Database:
             with self._pool_lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(8, thread_name_prefix="strato-write")
+                if lazy:
+                    return self._pool.submit(self._lazy_write, job, after)
                 return self._pool.submit(self.batched, job, after)
-        return self._batcher.submit(job, after)
+        return self._batcher.submit(job, after, lazy=lazy)
 
-    def write_now(self, job: Callable[[Connection], T]) -> tuple[bool, T | None]:
+    def _lazy_write(self, job: Callable[[Connection], T],
+                    after: Callable[[T], None] | None) -> T:
+        with self.write(lazy=True) as conn:
+            result = job(conn)
+        _after(after, result)
+        return result
+
+    def write_now(self, job: Callable[[Connection], T], *, lazy: bool = False
+                  ) -> tuple[bool, T | None]:
         """(True, its result) after running a small write `job` at once, in the
-        calling thread, when that costs no wait: SQLite, nobody else writing
-        in this process and no job queued for the writer (that one would be
+        calling thread, when that costs no wait: SQLite, a commit that does not
+        wait for the disk (`lazy`, or synchronous NORMAL: an fsync on an event
+        loop would stall every request it serves), nobody else writing in
+        this process and no job queued for the writer (that one would be
         grouped with it), and no other process holding the database's lock.
         Otherwise (False, None), having done nothing: submit it instead.
 
@@ -153,7 +188,7 @@ class Database:
         hand-off costs more than the write (a ledger row: ~100 µs here, against
         ~250 µs submitted). Under concurrency the queue is seldom empty, and
         the group commit takes over."""
-        if not self.is_sqlite or self._batcher.busy():
+        if not self.is_sqlite or (self.fsyncs and not lazy) or self._batcher.busy():
             return False, None
         if not self._sqlite_write_lock.acquire(blocking=False):
             return False, None
@@ -165,6 +200,8 @@ class Database:
                 assert driver is not None
                 # Another process's lock means a wait: leave it to the writer.
                 driver.execute("PRAGMA busy_timeout=0")
+                # Only commits that do not wait for the disk are made here.
+                driver.execute("PRAGMA synchronous=NORMAL")
             # The transaction is the driver's own (SQLAlchemy's begin and
             # commit cost more than the ledger's statements): `job` must use
             # the connection's cursor (`store/raw.py`), as the ledger does.
@@ -183,6 +220,8 @@ class Database:
                 if driver.in_transaction:
                     driver.execute("ROLLBACK")
                 raise
+            if self._lazy is not None:
+                self._lazy.wrote()
             return True, result
         finally:
             self._sqlite_write_lock.release()
@@ -203,7 +242,14 @@ class Database:
         with self._published:
             self._published.wait_for(lambda: not self._publishing, timeout)
 
+    def sync(self) -> None:
+        """Make every lazy commit so far durable (SQLite: fsync the WAL)."""
+        if self._lazy is not None:
+            self._lazy.sync()
+
     def dispose(self) -> None:
+        if self._lazy is not None:
+            self._lazy.close()
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
@@ -218,6 +264,83 @@ class Database:
 
 T = TypeVar("T")
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # primary result codes
+# A lazy commit is on disk at most this long after it was made (unless the
+# machine dies first); see _LazySync.
+LAZY_SYNC_S = 0.1
+
+
+def _synchronous(conn: Connection, mode: str) -> None:
+    """Set a SQLite connection's synchronous mode, outside any transaction
+    (on the driver: SQLAlchemy would begin one for the statement)."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    driver.execute(f"PRAGMA synchronous={mode}")
+
+
+class _LazySync:
+    """Makes lazy commits durable soon after, off every caller's path.
+
+    A lazy commit (PRAGMA synchronous=NORMAL in WAL mode) is in the WAL file
+    but not forced to the disk: a process that dies keeps it (the kernel has
+    it), a machine that dies may lose it. This thread fsyncs the WAL file
+    LAZY_SYNC_S after a lazy commit, as PostgreSQL's WAL writer does for its
+    synchronous_commit=off transactions, so the window is bounded. A later
+    durable (FULL) commit syncs the WAL too, with every lazy frame before it.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._cv = threading.Condition()
+        self._dirty = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def wrote(self) -> None:
+        with self._cv:
+            self._dirty = True
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="strato-lazy-sync")
+                self._thread.start()
+            self._cv.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._dirty and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    return
+            time.sleep(LAZY_SYNC_S)
+            self.sync()
+
+    def sync(self) -> None:
+        with self._cv:
+            if not self._dirty:
+                return
+            self._dirty = False
+        path = self._db.engine.url.database
+        if not path or path == ":memory:":
+            return
+        try:
+            fd = os.open(f"{path}-wal", os.O_RDONLY)
+        except FileNotFoundError:
+            return  # checkpointed and removed: the data is in the database file
+        try:
+            os.fsync(fd)
+        except OSError:
+            log.exception("could not sync %s-wal", path)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        self.sync()
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
 log = logging.getLogger("strato.store")
 
 
@@ -239,6 +362,7 @@ class _Slot:
     result: Any = None
     error: BaseException | None = None
     future: Future[Any] | None = None  # submitted, not waited for by a thread
+    lazy: bool = False  # its commit need not wait for the disk
 
     def finish(self) -> None:
         self.done = True
@@ -272,12 +396,13 @@ class _Batcher:
         self._closed = False
 
     def submit(self, job: Callable[[Connection], T],
-               after: Callable[[T], None] | None = None) -> Future[T]:
+               after: Callable[[T], None] | None = None, *, lazy: bool = False
+               ) -> Future[T]:
         fut: Future[T] = Future()
         with self._cv:
             if self._closed:
                 raise RuntimeError("database disposed")
-            self._pending.append(_Slot(job, after, future=fut))
+            self._pending.append(_Slot(job, after, future=fut, lazy=lazy))
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_loop, daemon=True,
                                                 name="strato-writer")
@@ -354,11 +479,13 @@ class _Batcher:
             self._db.publishing(False)
 
     def _run_batch(self, batch: list[_Slot]) -> None:
+        # The commit waits for the disk unless every job in it may be lazy.
+        lazy = all(s.lazy for s in batch)
         if len(batch) == 1:
             # Alone: no savepoint; a failing job rolls the transaction back.
             s = batch[0]
             try:
-                with self._db.write() as conn:
+                with self._db.write(lazy=lazy) as conn:
                     s.result = s.job(conn)
             except Exception as exc:
                 s.error = exc
@@ -367,7 +494,7 @@ class _Batcher:
             s.finish()
             return
         try:
-            with self._db.write() as conn:
+            with self._db.write(lazy=lazy) as conn:
                 for s in batch:
                     try:
                         with _savepoint(conn):

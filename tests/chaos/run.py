@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import os
 import shutil
 import signal
 import sys
@@ -174,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
                     "removed unless a seed failed)")
     ap.add_argument("--no-netns", action="store_true", help="partition by SIGSTOP instead")
     ap.add_argument("--show", type=int, default=5, help="violations printed per seed")
+    ap.add_argument("--ledger-commit", choices=("sync", "async"), default=None,
+                    help="the zones' --ledger-commit (default: theirs, sync)")
     args = ap.parse_args(argv)
+    if args.ledger_commit:
+        os.environ["STRATO_LEDGER_COMMIT"] = args.ledger_commit  # the servers inherit it
     # A plain `kill` of the runner must still stop our servers and remove the
     # namespace: SystemExit runs every cleanup on its way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

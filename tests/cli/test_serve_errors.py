@@ -77,3 +77,15 @@ def test_a_taken_port_and_a_bad_parent(tmp_path: Path) -> None:
         assert "serving on" not in r.stdout + r.stderr
     r = serve("--db", f"sqlite:///{tmp_path / 'y.db'}", "--parent", "127.0.0.1:8780")
     assert r.returncode == 2 and "invalid --parent" in one_line(r)
+
+
+def test_two_servers_on_one_sqlite_file(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'z.db'}"
+    with ServerProcess(db, log_path=tmp_path / "first.log") as first:
+        r = serve("--db", db)
+        assert r.returncode == 1, r.stdout + r.stderr
+        out = one_line(r)
+        assert "already served" in out and f"pid {first.proc.pid}" in out  # type: ignore[union-attr]
+    # Gone with its process (as after kill -9): the file can be served again.
+    with ServerProcess(db, log_path=tmp_path / "second.log") as again:
+        assert again.proc is not None and again.proc.poll() is None

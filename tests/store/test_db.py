@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -145,12 +147,12 @@ def raw_insert(k: int) -> Callable[[Connection], int]:
 
 
 def test_write_now_runs_a_small_job_at_once_when_nobody_writes(db: Database) -> None:
-    assert db.write_now(raw_insert(1)) == (True, 1)
-    assert db.write_now(raw_insert(2)) == (True, 2)
+    assert db.write_now(raw_insert(1), lazy=True) == (True, 1)
+    assert db.write_now(raw_insert(2), lazy=True) == (True, 2)
     assert stored(db) == {1, 2}
     with pytest.raises(ValueError):
-        db.write_now(raw_insert(-1))
-    assert db.write_now(raw_insert(3)) == (True, 3)  # the failed one rolled back
+        db.write_now(raw_insert(-1), lazy=True)
+    assert db.write_now(raw_insert(3), lazy=True) == (True, 3)  # the failed one rolled back
     assert stored(db) == {1, 2, 3}
     # The batcher still works beside it.
     assert asyncio.run(_awaited(db, insert(4))) == 4
@@ -166,12 +168,77 @@ def test_write_now_never_waits_for_another_writer(db: Database, tmp_path: Path) 
     other = sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     t0 = time.perf_counter()
-    assert db.write_now(raw_insert(1)) == (False, None)
+    assert db.write_now(raw_insert(1), lazy=True) == (False, None)
     assert time.perf_counter() - t0 < 1.0
     other.execute("ROLLBACK")
     other.close()
     # This process's own writer is busy: left to the group commit.
     with db._sqlite_write_lock:
-        assert db.write_now(raw_insert(1)) == (False, None)
+        assert db.write_now(raw_insert(1), lazy=True) == (False, None)
     assert stored(db) == set()
-    assert db.write_now(raw_insert(1)) == (True, 1)
+    assert db.write_now(raw_insert(1), lazy=True) == (True, 1)
+
+
+def synchronous_seen(conn: Connection) -> int:
+    """The synchronous mode the job's transaction commits with (2 FULL, 1 NORMAL)."""
+    raw = Raw(conn)
+    try:
+        raw.cur.execute("PRAGMA synchronous")
+        return int(raw.cur.fetchone()[0])
+    finally:
+        raw.close()
+
+
+def test_a_durable_write_is_never_made_on_the_callers_thread(db: Database) -> None:
+    """An fsync on an event loop would stall every request it serves: a write
+    that waits for the disk goes to the writer thread."""
+    assert db.fsyncs
+    assert db.write_now(raw_insert(1)) == (False, None)
+    assert stored(db) == set()
+
+
+def test_lazy_and_durable_commits(db: Database) -> None:
+    async def run() -> list[int]:
+        futs = [db.submit(synchronous_seen, lazy=True), db.submit(synchronous_seen)]
+        return [await asyncio.wrap_future(f) for f in futs]
+    seen = asyncio.run(run())
+    # Alone, the lazy one commits without the fsync; batched with a durable
+    # job, the batch waits for the disk: either way the durable one does.
+    assert seen[1] == 2 and seen[0] in (1, 2)
+    assert asyncio.run(_awaited(db, synchronous_seen)) == 2
+    with db.write(lazy=True) as conn:
+        assert synchronous_seen(conn) == 1
+    with db.write() as conn:  # the connection went back to FULL
+        assert synchronous_seen(conn) == 2
+    assert db.write_now(synchronous_seen, lazy=True) == (True, 1)
+
+
+def test_lazy_commits_are_synced_soon_after(db: Database) -> None:
+    from strato.store.db import LAZY_SYNC_S
+    with db.write(lazy=True) as conn:
+        conn.exec_driver_sql("INSERT INTO t (k) VALUES (7)")
+    assert db._lazy is not None and db._lazy._dirty
+    deadline = time.monotonic() + 10 * LAZY_SYNC_S + 1
+    while db._lazy._dirty and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not db._lazy._dirty
+
+
+def test_a_lazy_commit_survives_the_process_being_killed(tmp_path: Path) -> None:
+    """What `--ledger-commit async` keeps: kill -9 right after the commit."""
+    path = tmp_path / "kill.sqlite"
+    code = f"""
+import os, signal
+from strato.store.db import Database
+db = Database("sqlite:///{path}")
+with db.write() as conn:
+    conn.exec_driver_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+with db.write(lazy=True) as conn:
+    conn.exec_driver_sql("INSERT INTO t (k) VALUES (42)")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], timeout=60)
+    assert proc.returncode == -9
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT k FROM t").fetchall() == [(42,)]
+    con.close()

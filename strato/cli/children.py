@@ -1,0 +1,93 @@
+"""`strato children`: a zone's child zones, by hand.
+
+A child registers itself (`strato serve --parent URL`); these commands are
+for a child that cannot (another organisation's zone, a zone behind a proxy)
+and for taking one out of the tree. Exit codes: 0 done; 1 the zone answered
+with an error (its detail printed); 3 the zone could not be reached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from strato.cli.schedule import JSON, TOKEN, URL
+
+children_app = typer.Typer(help="A zone's child zones: list, add, remove.",
+                           no_args_is_help=True)
+err = Console(stderr=True)
+
+
+def _call(method: str, url: str, path: str, token: str, body: Any = None) -> httpx.Response:
+    try:
+        return httpx.request(method, url.rstrip("/") + path, json=body, timeout=30,
+                             headers={"x-auth-token": token})
+    except httpx.HTTPError as exc:
+        err.print(f"[red]{url} could not be reached[/]: {exc}", soft_wrap=True)
+        raise typer.Exit(3) from None
+
+
+def _failed(r: httpx.Response) -> None:
+    try:
+        detail = r.json()["errors"][0]["detail"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        detail = r.text[:300]
+    err.print(f"[red]HTTP {r.status_code}[/]: {detail}", soft_wrap=True)
+    raise typer.Exit(1)
+
+
+@children_app.command("list")
+def list_children(url: str = URL, token: str = TOKEN, as_json: bool = JSON) -> None:
+    """The zone's children: address, location, health, requests in doubt."""
+    r = _call("GET", url, "/strato/v1/children", token)
+    if r.status_code != 200:
+        _failed(r)
+    kids = r.json()["children"]
+    if as_json:
+        Console().print_json(data=r.json())
+        return
+    t = Table(title=f"children of {url}")
+    for col in ("name", "url", "location", "tags", "health", "in doubt"):
+        t.add_column(col, overflow="fold")
+    for k in kids:
+        h = k.get("health") or {}
+        state = "[green]healthy[/]" if h.get("healthy") else \
+            f"[red]down[/] {str(h.get('last_error') or '')[:60]}"
+        t.add_row(k["name"], k["url"], k.get("location_prefix") or "",
+                  ", ".join(k.get("tags") or []), state, str(k.get("in_doubt", 0)))
+    Console().print(t)
+
+
+@children_app.command("add")
+def add_child(name: str = typer.Argument(..., help="The child zone's name."),
+              child_url: str = typer.Argument(..., help="Where to call it: http(s)://host:port"),
+              location_prefix: str = typer.Option(None, help="Where it is, e.g. dfw."),
+              tag: list[str] = typer.Option([], "--tag", help="A tag of all its providers."),
+              credential: str = typer.Option(None, envvar="STRATO_CHILD_CREDENTIAL",
+                                             help="The token to send when calling it."),
+              url: str = URL, token: str = TOKEN) -> None:
+    """Add a child zone (or update the one of that name)."""
+    body: dict[str, Any] = {"name": name, "url": child_url, "tags": tag}
+    if location_prefix:
+        body["location_prefix"] = location_prefix
+    if credential:
+        body["credential"] = credential
+    r = _call("POST", url, "/strato/v1/children", token, body)
+    if r.status_code not in (200, 201):
+        _failed(r)
+    Console().print(f"{'added' if r.status_code == 201 else 'updated'} child {name} "
+                    f"({child_url})")
+
+
+@children_app.command("remove")
+def remove_child(name: str = typer.Argument(..., help="The child zone's name."),
+                 url: str = URL, token: str = TOKEN) -> None:
+    """Take a child zone out of the tree (its own data stays where it is)."""
+    r = _call("DELETE", url, f"/strato/v1/children/{name}", token)
+    if r.status_code != 204:
+        _failed(r)
+    Console().print(f"removed child {name}")

@@ -1,0 +1,187 @@
+"""`strato serve --config FILE`: a zone's settings in a TOML file.
+
+The file holds the same settings as `strato serve`'s options, named as the
+options are, with `-` or `_`::
+
+    # /etc/strato/dfw.toml
+    db = "postgresql+psycopg://strato@db1/dfw"
+    zone = "dfw"
+    parent = "https://root.example:8780"
+    location-prefix = "dfw"
+    tag = ["hipaa"]
+    child-timeout = 3.0
+
+Keys may also sit in a `[serve]` table. What decides a setting, first to
+last: the command line, the environment (`STRATO_...`), the file, the
+default (Click's `default_map`). An unknown key or a value of the wrong type
+is an error naming it, before anything starts. `strato config show` prints
+every setting with the value in effect and where it came from, secrets
+masked.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+ENV = "STRATO_CONFIG"
+# Never printed: shown as "****".
+SECRETS = frozenset({"auth_token", "parent_token"})
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def config_path(args: Sequence[str], environ: Mapping[str, str]) -> Path | None:
+    """The file named by `--config FILE` (or `--config=FILE`) in `args`, else
+    by STRATO_CONFIG."""
+    for i, a in enumerate(args):
+        if a == "--config" and i + 1 < len(args):
+            return Path(args[i + 1])
+        if a.startswith("--config="):
+            return Path(a.split("=", 1)[1])
+    value = environ.get(ENV)
+    return Path(value) if value else None
+
+
+# Typer carries its own copy of Click: its commands, contexts and parameters
+# are handled here by what they do, not by Click's classes.
+Command = Any
+
+
+def load(path: Path, command: Command) -> dict[str, Any]:
+    """The file's settings for `command`, by parameter name; ConfigError
+    names what is wrong."""
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    table = data.pop("serve", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [serve] must be a table")
+    params = options(command)
+    out: dict[str, Any] = {}
+    for key, value in [*data.items(), *table.items()]:
+        name = key.replace("-", "_")
+        param = params.get(name)
+        if param is None or name == "config":
+            raise ConfigError(f"{path}: unknown setting {key!r} (the settings are "
+                              "strato serve's options: strato serve --help)")
+        if param.multiple and not isinstance(value, list):
+            value = [value]
+        out[name] = _checked(f"{path}: {key}", value, param)
+    return out
+
+
+def _checked(where: str, value: Any, param: Any) -> Any:
+    """`value` as the option takes it, or ConfigError."""
+    kind = param.type_descriptor.annotation
+    if param.multiple:
+        if not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: a string or a list of strings")
+        return value
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: true or false")
+    elif kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: an integer")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: a number")
+        value = float(value)
+    elif not isinstance(value, str):
+        raise ConfigError(f"{where}: a string")
+    return value
+
+
+def options(command: Command) -> dict[str, Any]:
+    return {p.name: p for p in command.params
+            if getattr(p, "param_type_name", "") == "option" and p.name}
+
+
+def default_map(args: Sequence[str], environ: Mapping[str, str],
+                group: Command) -> dict[str, Any] | None:
+    """Click's default_map for `strato serve` and `strato config show` from the
+    configuration file, if one is named."""
+    if not args or args[0] not in ("serve", "config"):
+        return None
+    path = config_path(args, environ)
+    if path is None:
+        return None
+    serve = group.commands["serve"]
+    return {"serve": load(path, serve)}
+
+
+def effective(command: Command, from_file: Mapping[str, Any],
+              environ: Mapping[str, str]) -> list[tuple[str, str, str, str]]:
+    """(option, value, source, environment variable) for every setting of
+    `command`, as `strato serve` would resolve them without flags."""
+    rows = []
+    for name, p in sorted(options(command).items()):
+        if name in ("config", "help"):
+            continue
+        envvar = p.envvar if isinstance(p.envvar, str) else None
+        if envvar and environ.get(envvar) not in (None, ""):
+            value: Any = environ[envvar]
+            source = "environment"
+        elif name in from_file:
+            value, source = from_file[name], "file"
+        else:
+            value, source = p.default, "default"
+        shown = "****" if name in SECRETS and value not in (None, "") else _show(value)
+        rows.append((p.opts[0], shown, source, envvar or ""))
+    return rows
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list | tuple):
+        return ", ".join(map(str, value)) or "-"
+    return str(value)
+
+
+config_app = typer.Typer(help="A zone's configuration file.", no_args_is_help=True)
+
+
+@config_app.command("show")
+def show(ctx: typer.Context,
+         config: str = typer.Option(None, "--config", envvar=ENV,
+                                    help="The TOML file (as strato serve --config)."),
+         as_json: bool = typer.Option(False, "--json", help="JSON instead of a table.")
+         ) -> None:
+    """Every `strato serve` setting: the value in effect, and whether it comes
+    from the environment, the file or the default (secrets masked)."""
+    import json
+
+    serve = ctx.find_root().command.commands["serve"]  # type: ignore[attr-defined]
+    from_file: dict[str, Any] = {}
+    if config:
+        try:
+            from_file = load(Path(config), serve)
+        except ConfigError as exc:
+            Console(stderr=True).print(f"[red]invalid configuration[/]: {exc}",
+                                       soft_wrap=True)
+            raise typer.Exit(2) from None
+    rows = effective(serve, from_file, os.environ)
+    if as_json:
+        print(json.dumps([{"option": o, "value": v, "source": s, "env": e}
+                          for o, v, s, e in rows], indent=2))
+        return
+    t = Table(title=f"strato serve settings ({config or 'no file'})")
+    for col in ("option", "value", "from", "environment"):
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*row)
+    Console().print(t)
