@@ -10,7 +10,8 @@ with children, for `GET`:
   asked is named in ``x-strato-incomplete``: the listing is partial, and
   says so.
 * ``/resource_providers/{uuid}`` and its ``inventories``, ``traits``,
-  ``aggregates``, ``usages`` and ``allocations``: when the zone's own route
+  ``aggregates``, ``usages`` and ``allocations``, and Strato's
+  ``/strato/v1/providers/{uuid}/meta`` (location, tags): when the zone's own route
   answers 404, the child that owns the provider answers instead
   (`zone/subtree.py`: a routing table, and a lookup in every child for a
   provider it does not know yet); 503 when it could be in a child that did
@@ -46,6 +47,8 @@ from strato.zone import subtree
 _ITEM = re.compile(r"^/resource_providers/([0-9a-fA-F-]{32,36})"
                    r"(?:/(?:inventories(?:/[A-Z0-9_]{1,255})?|traits|aggregates|usages|"
                    r"allocations))?$")
+# Strato's own metadata of a provider (location, tags) follows its provider.
+_META = re.compile(r"^/strato/v1/providers/([0-9a-fA-F-]{32,36})/meta$")
 INCOMPLETE = "x-strato-incomplete"
 _CONSUMER = re.compile(r"^/allocations/([0-9a-fA-F-]{32,36})$")
 # Custom traits and resource classes: one registry for the tree.
@@ -76,7 +79,8 @@ class ProvidersBelow:
         if scope["path"] == "/allocation_candidates" and scope["method"] == "GET":
             await self._candidates(scope, receive, send)
             return
-        if not scope["path"].startswith("/resource_providers"):
+        if not (scope["path"].startswith("/resource_providers")
+                or _META.match(scope["path"])):
             await self.app(scope, receive, send)
             return
         if scope["method"] in ("PUT", "POST", "DELETE"):
@@ -86,7 +90,7 @@ class ProvidersBelow:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        item = _ITEM.match(path)
+        item = _ITEM.match(path) or _META.match(path)
         if path != "/resource_providers" and item is None:
             await self.app(scope, receive, send)
             return
@@ -123,7 +127,7 @@ class ProvidersBelow:
         await out(scope, receive, send)
 
     async def _write(self, scope: Scope, receive: Receive, send: Send) -> None:
-        item = _ITEM.match(scope["path"])
+        item = _ITEM.match(scope["path"]) or _META.match(scope["path"])
         if item is None or not await self.state.tree.children():
             await self.app(scope, receive, send)
             return

@@ -21,7 +21,7 @@ from strato.model.location import LocationError, canonical_location, canonical_t
 from strato.store.db import Database, default_sqlite_url
 
 app = typer.Typer(help="Strato: distributed, hierarchical resource scheduler and placement "
-                       "service.", no_args_is_help=True, add_completion=False)
+                       "service.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema management.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 console = Console(stderr=True)
@@ -513,7 +513,7 @@ def demo(
 from strato.cli import config as config_file  # noqa: E402
 from strato.cli.agent import agent as _agent_command  # noqa: E402
 from strato.cli.children import children_app as _children_app  # noqa: E402
-from strato.cli.providers import providers as _providers_command  # noqa: E402
+from strato.cli.providers import providers_app as _providers_app  # noqa: E402
 from strato.cli.release import release as _release_command  # noqa: E402
 from strato.cli.schedule import explain as _explain_command  # noqa: E402
 from strato.cli.schedule import schedule as _schedule_command  # noqa: E402
@@ -521,7 +521,7 @@ from strato.cli.tree import tree as _tree_command  # noqa: E402
 from strato.sim.cli import sim as _sim_command  # noqa: E402
 
 app.command("agent")(_agent_command)
-app.command("providers")(_providers_command)
+app.add_typer(_providers_app, name="providers")
 app.command("schedule")(_schedule_command)
 app.command("explain")(_explain_command)
 app.command("release")(_release_command)

@@ -1,15 +1,41 @@
-"""`strato providers`: list a zone's providers with location, tags and heartbeat state."""
+"""`strato providers`: a zone's providers, listed and changed without an agent.
+
+`strato providers` (or `providers list`) lists them with location, tags and
+heartbeat state; `providers add`, `set` and `delete` create, change and remove
+one through the Placement API (and `/strato/v1/providers/{uuid}/meta` for
+location and tags), as an operator would for a host with no agent or a pool
+of a custom resource. At a zone with children a provider below is changed in
+the zone that owns it (the zone routes the calls). Exit codes: 0 done; 1 the
+zone answered with an error (its detail printed; 409 when the provider is in
+use or changed meanwhile); 2 bad input; 3 the zone could not be reached.
+"""
 
 from __future__ import annotations
 
+import re
+import uuid as uuidlib
 from typing import Any
 
+import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from strato.cli.schedule import JSON, TOKEN, URL
 
+providers_app = typer.Typer(
+    help="A zone's providers: list (the default), add, set, delete.",
+    invoke_without_command=True)
+err = Console(stderr=True)
+# The microversion these commands speak: 1.20 returns the provider on create,
+# 1.39 is the newest the engine implements and what Nova uses.
+MICROVERSION = "placement 1.39"
+_CLASS = re.compile(r"^[A-Z0-9_]{1,255}$")
+_TRAIT = re.compile(r"^[A-Z0-9_]{1,255}$")
+
+@providers_app.callback()
 def providers(
+    ctx: typer.Context,
     zone_url: str = typer.Option("http://127.0.0.1:8780", "--zone-url", "--url",
                                  envvar=["STRATO_ZONE_URL", "STRATO_URL"],
                                  help="The zone server."),
@@ -18,9 +44,25 @@ def providers(
     tag: str = typer.Option(None, help="Only providers with this tag."),
     as_json: bool = typer.Option(False, "--json", help="Print the API's JSON answer."),
 ) -> None:
-    """List providers with their location, tags and last report; --stale for silent ones."""
-    import httpx
+    """List providers with their location, tags and last report; --stale for silent ones.
 
+    Subcommands add, set and delete change one provider."""
+    if ctx.invoked_subcommand is None:
+        _list(zone_url, token, stale, tag, as_json)
+
+
+@providers_app.command("list")
+def list_providers(
+    url: str = URL, token: str = TOKEN,
+    stale: bool = typer.Option(False, "--stale", help="Only stale providers (silent agents)."),
+    tag: str = typer.Option(None, help="Only providers with this tag."),
+    as_json: bool = JSON,
+) -> None:
+    """List providers with their location, tags and last report; --stale for silent ones."""
+    _list(url, token, stale, tag, as_json)
+
+
+def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool) -> None:
     params: dict[str, str] = {}
     if stale:
         params["stale"] = "true"
@@ -62,3 +104,297 @@ def _table(rows: list[dict[str, Any]], window: float, only_stale: bool) -> Table
             loc += " [dim](root's)[/]"
         t.add_row(p["name"], p["uuid"], loc, ", ".join(p["tags"]), last, state)
     return t
+
+
+# --- add / set / delete ---------------------------------------------------------
+
+class _Zone:
+    """Calls to one zone; every failure ends the command with its exit code."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.client = httpx.Client(base_url=url, timeout=30, headers={
+            "x-auth-token": token, "openstack-api-version": MICROVERSION})
+
+    def call(self, method: str, path: str, body: Any = None,
+             ok: tuple[int, ...] = (200, 201, 204)) -> httpx.Response:
+        try:
+            r = self.client.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            err.print(f"[red]{self.url} could not be reached[/]: {exc}", soft_wrap=True)
+            raise typer.Exit(3) from None
+        if r.status_code not in ok:
+            _failed(r)
+        return r
+
+    def find(self, ident: str) -> dict[str, Any]:
+        """A provider by UUID or by name."""
+        if _is_uuid(ident):
+            return self.call("GET", f"/resource_providers/{ident}").json()
+        try:
+            r = self.client.get("/resource_providers", params={"name": ident})
+        except httpx.HTTPError as exc:
+            err.print(f"[red]{self.url} could not be reached[/]: {exc}", soft_wrap=True)
+            raise typer.Exit(3) from None
+        if r.status_code != 200:
+            _failed(r)
+        rows = r.json()["resource_providers"]
+        if not rows:
+            err.print(f"[red]no provider named {ident!r}[/] at {self.url}", soft_wrap=True)
+            raise typer.Exit(1)
+        return rows[0]
+
+
+def _failed(r: httpx.Response) -> None:
+    try:
+        e = r.json()["errors"][0]
+        detail, code = str(e.get("detail")), e.get("code")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        detail, code = r.text[:300], None
+    err.print(f"[red]HTTP {r.status_code}[/]{f' ({code})' if code else ''}: {detail}",
+              soft_wrap=True)
+    raise typer.Exit(3 if r.status_code == 503 else 1)
+
+
+def _is_uuid(s: str) -> bool:
+    try:
+        uuidlib.UUID(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _bad(flag: str, value: str, why: str) -> typer.Exit:
+    err.print(f"[red]invalid {flag}[/] {value!r}: {why}", soft_wrap=True)
+    return typer.Exit(2)
+
+
+def _pairs(flag: str, values: list[str] | None, number: type) -> dict[str, Any]:
+    """`CLASS=N` flags (repeatable) as {CLASS: N}."""
+    out: dict[str, Any] = {}
+    for v in values or []:
+        rc, sep, amount = v.partition("=")
+        rc = rc.strip().upper()
+        if not sep or not _CLASS.match(rc):
+            raise _bad(flag, v, "expected CLASS=AMOUNT, e.g. VCPU=8 or CUSTOM_GPU=2")
+        try:
+            n = number(amount)
+        except ValueError:
+            raise _bad(flag, v, f"{amount!r} is not a{'n integer' if number is int else ' number'}"
+                       ) from None
+        if n < 0 or (number is float and n <= 0):
+            raise _bad(flag, v, "must be positive")
+        out[rc] = n
+    return out
+
+
+def _traits(flag: str, values: list[str] | None) -> list[str]:
+    out = []
+    for v in values or []:
+        t = v.strip().upper()
+        if not _TRAIT.match(t):
+            raise _bad(flag, v, "a trait is upper-case letters, digits and _ (CUSTOM_... "
+                                "for your own)")
+        out.append(t)
+    return out
+
+
+def _inventory_changes(resource: list[str] | None, reserved: list[str] | None,
+                       ratio: list[str] | None) -> dict[str, dict[str, Any]]:
+    totals = _pairs("--resource", resource, int)
+    res = _pairs("--reserved", reserved, int)
+    ratios = _pairs("--ratio", ratio, float)
+    changes: dict[str, dict[str, Any]] = {rc: {"total": n} for rc, n in totals.items()}
+    for rc, n in res.items():
+        changes.setdefault(rc, {})["reserved"] = n
+    for rc, f in ratios.items():
+        changes.setdefault(rc, {})["allocation_ratio"] = f
+    for rc, c in changes.items():
+        if "total" in c and c["total"] < 1:
+            raise _bad("--resource", f"{rc}={c['total']}", "a total is at least 1 (use "
+                       "--remove-resource to drop a class)")
+    return changes
+
+
+def _ensure_custom(z: _Zone, classes: list[str], traits: list[str]) -> None:
+    """Custom classes and traits exist before they are used (PUT is idempotent)."""
+    for rc in classes:
+        if rc.startswith("CUSTOM_"):
+            z.call("PUT", f"/resource_classes/{rc}")
+    for t in traits:
+        if t.startswith("CUSTOM_"):
+            z.call("PUT", f"/traits/{t}")
+
+
+def _put_meta(z: _Zone, rp: str, location: str | None, tags: list[str] | None,
+              clear_location: bool = False) -> None:
+    if location is None and tags is None and not clear_location:
+        return
+    current = z.call("GET", f"/strato/v1/providers/{rp}/meta").json()
+    z.call("PUT", f"/strato/v1/providers/{rp}/meta", {
+        "location": None if clear_location else
+        (location if location is not None else current["own_location"]),
+        "tags": tags if tags is not None else current["tags"]})
+
+
+LOCATION = typer.Option(None, "--location", help="Where it is: 'dfw/room1/rack1/h1' or the "
+                                                 "pragma form 'h1.rack1.room1.dfw'.")
+TAGS = typer.Option(None, "--tag", help="A tag such as hipaa (repeatable).")
+RESOURCE = typer.Option(None, "--resource", "-r", help="CLASS=TOTAL, e.g. VCPU=16 "
+                                                       "(repeatable).")
+RESERVED = typer.Option(None, "--reserved", help="CLASS=RESERVED, e.g. MEMORY_MB=512.")
+RATIO = typer.Option(None, "--ratio", help="CLASS=ALLOCATION_RATIO, e.g. VCPU=4.0.")
+
+
+@providers_app.command("add")
+def add(name: str = typer.Argument(..., help="The provider's name (unique in the zone)."),
+        resource: list[str] = RESOURCE, reserved: list[str] = RESERVED,
+        ratio: list[str] = RATIO,
+        trait: list[str] = typer.Option(None, "--trait", help="A trait (repeatable)."),
+        location: str = LOCATION, tag: list[str] = TAGS,
+        parent: str = typer.Option(None, "--parent", help="The parent provider (name or "
+                                                          "UUID), for a nested provider."),
+        uuid: str = typer.Option(None, "--uuid", help="Its UUID (default: a new one)."),
+        url: str = URL, token: str = TOKEN, as_json: bool = JSON) -> None:
+    """Create a provider with its inventory, traits, location and tags.
+
+    All or nothing: if a later step is refused the new provider is deleted."""
+    changes = _inventory_changes(resource, reserved, ratio)
+    if any("total" not in c for c in changes.values()):
+        missing = sorted(rc for rc, c in changes.items() if "total" not in c)
+        raise _bad("--reserved/--ratio", ",".join(missing), "give its --resource CLASS=TOTAL too")
+    traits = _traits("--trait", trait)
+    if uuid is not None and not _is_uuid(uuid):
+        raise _bad("--uuid", uuid, "not a UUID")
+    z = _Zone(url, token)
+    body: dict[str, Any] = {"name": name, "uuid": uuid or str(uuidlib.uuid4())}
+    if parent:
+        body["parent_provider_uuid"] = z.find(parent)["uuid"]
+    _ensure_custom(z, list(changes), traits)
+    rp = z.call("POST", "/resource_providers", body).json()
+    try:
+        gen = rp["generation"]
+        if changes:
+            gen = z.call("PUT", f"/resource_providers/{rp['uuid']}/inventories", {
+                "resource_provider_generation": gen, "inventories": changes,
+            }).json()["resource_provider_generation"]
+        if traits:
+            z.call("PUT", f"/resource_providers/{rp['uuid']}/traits", {
+                "resource_provider_generation": gen, "traits": traits})
+        _put_meta(z, rp["uuid"], location, tag or None)
+    except typer.Exit:
+        z.client.delete(f"/resource_providers/{rp['uuid']}")
+        err.print(f"[yellow]{name} was not added[/] (the half-made provider was deleted)")
+        raise
+    _show(z, rp["uuid"], as_json, f"added provider {name} {rp['uuid']}")
+
+
+@providers_app.command("set")
+def set_(provider: str = typer.Argument(..., help="Name or UUID."),
+         resource: list[str] = RESOURCE, reserved: list[str] = RESERVED,
+         ratio: list[str] = RATIO,
+         remove_resource: list[str] = typer.Option(
+             None, "--remove-resource", help="Drop a class's inventory (refused while "
+                                             "it is allocated)."),
+         trait: list[str] = typer.Option(None, "--trait", help="Add a trait."),
+         remove_trait: list[str] = typer.Option(None, "--remove-trait",
+                                                help="Remove a trait."),
+         location: str = LOCATION,
+         no_location: bool = typer.Option(False, "--no-location",
+                                          help="Inherit the root provider's location."),
+         tag: list[str] = typer.Option(None, "--tag", help="Replace the tags (repeatable; "
+                                                           "--tag '' for none)."),
+         rename: str = typer.Option(None, "--name", help="A new name."),
+         url: str = URL, token: str = TOKEN, as_json: bool = JSON) -> None:
+    """Change a provider: inventory, traits, location, tags, name.
+
+    Inventory and traits are read, changed and written with the provider's
+    generation; a concurrent change is retried (a few times) on fresh state."""
+    changes = _inventory_changes(resource, reserved, ratio)
+    drop = [rc.upper() for rc in remove_resource or []]
+    add_traits = _traits("--trait", trait)
+    rm_traits = _traits("--remove-trait", remove_trait)
+    tags = None if tag is None or tag == [] else [t for t in tag if t]
+    if location is not None and no_location:
+        raise _bad("--location", location, "give --location or --no-location, not both")
+    z = _Zone(url, token)
+    rp = z.find(provider)
+    u = rp["uuid"]
+    if rename and rename != rp["name"]:
+        z.call("PUT", f"/resource_providers/{u}", {
+            "name": rename, "parent_provider_uuid": rp.get("parent_provider_uuid")})
+    _ensure_custom(z, list(changes), add_traits)
+    for attempt in range(5):
+        if not (changes or drop):
+            break
+        cur = z.call("GET", f"/resource_providers/{u}/inventories").json()
+        inv = cur["inventories"]
+        for rc, c in changes.items():
+            if rc not in inv and "total" not in c:
+                raise _bad("--reserved/--ratio", rc, f"{rc} has no inventory here: give "
+                                                     f"--resource {rc}=TOTAL")
+            inv[rc] = {**inv.get(rc, {}), **c}
+        for rc in drop:
+            if rc not in inv:
+                raise _bad("--remove-resource", rc, "no such inventory on this provider")
+            del inv[rc]
+        r = z.call("PUT", f"/resource_providers/{u}/inventories", {
+            "resource_provider_generation": cur["resource_provider_generation"],
+            "inventories": inv}, ok=(200, 409))
+        if r.status_code == 200:
+            break
+        if _code(r) != "placement.concurrent_update" or attempt == 4:
+            _failed(r)
+    for attempt in range(5):
+        if not (add_traits or rm_traits):
+            break
+        cur = z.call("GET", f"/resource_providers/{u}/traits").json()
+        want = sorted((set(cur["traits"]) | set(add_traits)) - set(rm_traits))
+        r = z.call("PUT", f"/resource_providers/{u}/traits", {
+            "resource_provider_generation": cur["resource_provider_generation"],
+            "traits": want}, ok=(200, 409))
+        if r.status_code == 200:
+            break
+        if _code(r) != "placement.concurrent_update" or attempt == 4:
+            _failed(r)
+    _put_meta(z, u, location, tags if tag is not None else None, clear_location=no_location)
+    _show(z, u, as_json, f"changed provider {rename or rp['name']} {u}")
+
+
+@providers_app.command("delete")
+def delete(provider: str = typer.Argument(..., help="Name or UUID."),
+           url: str = URL, token: str = TOKEN) -> None:
+    """Delete a provider (refused with 409 while it has allocations or children)."""
+    z = _Zone(url, token)
+    rp = z.find(provider)
+    z.call("DELETE", f"/resource_providers/{rp['uuid']}")
+    Console().print(f"deleted provider {rp['name']} {rp['uuid']}")
+
+
+def _code(r: httpx.Response) -> str | None:
+    try:
+        return str(r.json()["errors"][0]["code"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _show(z: _Zone, u: str, as_json: bool, line: str) -> None:
+    rp = z.call("GET", f"/resource_providers/{u}").json()
+    inv = z.call("GET", f"/resource_providers/{u}/inventories").json()["inventories"]
+    traits = z.call("GET", f"/resource_providers/{u}/traits").json()["traits"]
+    meta = z.call("GET", f"/strato/v1/providers/{u}/meta").json()
+    view = {"uuid": u, "name": rp["name"], "generation": rp["generation"],
+            "parent_provider_uuid": rp.get("parent_provider_uuid"), "inventories": inv,
+            "traits": traits, "location": meta["location"], "tags": meta["tags"]}
+    if as_json:
+        Console().print_json(data=view)
+        return
+    out = Console()
+    out.print(line)
+    for rc, i in sorted(inv.items()):
+        out.print(f"  {rc}: total {i['total']}, reserved {i['reserved']}, "
+                  f"ratio {i['allocation_ratio']:g}")
+    if traits:
+        out.print(f"  traits: {', '.join(traits)}")
+    if meta["location"] or meta["tags"]:
+        out.print(f"  location: {meta['location'] or '-'}; tags: {', '.join(meta['tags']) or '-'}")

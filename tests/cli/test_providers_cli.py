@@ -1,0 +1,117 @@
+"""`strato providers add/set/delete` against a real zone process (issue 16):
+a host with no agent, added, changed and removed from the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.e2e.test_zone_split import cells  # noqa: F401 (the fixture)
+from tests.helpers import api
+from tests.helpers.server import ServerProcess
+
+
+def strato(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "strato.cli.main", *args],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def test_a_provider_from_the_command_line(tmp_path: Path) -> None:
+    with ServerProcess(f"sqlite:///{tmp_path / 'z.db'}", log_path=tmp_path / "z.log") as z:
+        u = ("--url", z.url)
+        r = strato("providers", "add", "h1", "-r", "VCPU=8", "-r", "MEMORY_MB=16384",
+                   "--ratio", "VCPU=4", "--reserved", "MEMORY_MB=512", "-r", "CUSTOM_FPGA=2",
+                   "--trait", "HW_CPU_X86_AVX2", "--trait", "CUSTOM_LOW_LATENCY",
+                   "--location", "h1.rack1.room1.dfw", "--tag", "hipaa", "--json", *u)
+        assert r.returncode == 0, r.stderr
+        view = json.loads(r.stdout)
+        assert view["inventories"]["VCPU"]["allocation_ratio"] == 4.0
+        assert view["inventories"]["MEMORY_MB"]["reserved"] == 512
+        assert view["inventories"]["CUSTOM_FPGA"]["total"] == 2
+        assert view["traits"] == ["CUSTOM_LOW_LATENCY", "HW_CPU_X86_AVX2"]
+        assert view["location"] == "dfw/room1/rack1/h1" and view["tags"] == ["hipaa"]
+        host = view["uuid"]
+        r = strato("providers", "add", "h1-numa0", "-r", "VCPU=4", "--parent", "h1", *u)
+        assert r.returncode == 0 and "added provider h1-numa0" in r.stdout, r.stderr
+
+        # The scheduler sees it at once.
+        with api.client(z.url) as c:
+            cands = c.get("/allocation_candidates?resources=CUSTOM_FPGA:1").json()
+            assert [list(a["allocations"]) for a in cands["allocation_requests"]] == [[host]]
+
+        r = strato("providers", "set", "h1", "-r", "VCPU=16", "--remove-resource",
+                   "CUSTOM_FPGA", "--remove-trait", "CUSTOM_LOW_LATENCY", "--tag", "",
+                   "--name", "host-1", "--json", *u)
+        assert r.returncode == 0, r.stderr
+        view = json.loads(r.stdout)
+        assert view["name"] == "host-1"
+        assert view["inventories"]["VCPU"] == {**view["inventories"]["VCPU"], "total": 16,
+                                               "allocation_ratio": 4.0}
+        assert "CUSTOM_FPGA" not in view["inventories"]
+        assert view["traits"] == ["HW_CPU_X86_AVX2"] and view["tags"] == []
+        assert view["location"] == "dfw/room1/rack1/h1"
+
+        # In use: a class cannot go and the provider cannot be deleted (409, exit 1).
+        with api.client(z.url) as c:
+            consumer = "11111111-2222-3333-4444-555555555555"
+            r0 = c.put(f"/allocations/{consumer}", json={
+                "allocations": {host: {"resources": {"VCPU": 2}}}, "project_id": "p",
+                "user_id": "u", "consumer_generation": None},
+                headers={"openstack-api-version": "placement 1.36"})
+            assert r0.status_code == 204, r0.text
+        r = strato("providers", "set", host, "--remove-resource", "VCPU", *u)
+        assert r.returncode == 1 and "HTTP 409" in r.stderr, r.stderr
+        r = strato("providers", "delete", "h1-numa0", *u)
+        assert r.returncode == 0 and "deleted provider h1-numa0" in r.stdout
+        r = strato("providers", "delete", "host-1", *u)
+        assert r.returncode == 1 and "HTTP 409" in r.stderr, r.stderr
+
+        # Bad input: exit 2, nothing changed; a refused step undoes the add.
+        for args in (["add", "x", "-r", "VCPU"], ["add", "x", "-r", "VCPU=-1"],
+                     ["add", "x", "--ratio", "VCPU=2"], ["add", "x", "--trait", "bad trait"],
+                     ["add", "x", "--uuid", "nope"], ["set", "host-1", "-r", "VCPU=x"]):
+            r = strato("providers", *args, *u)
+            assert r.returncode == 2 and "invalid" in r.stderr, (args, r.stderr)
+        r = strato("providers", "add", "x", "-r", "VCPU=4", "--location", "a//b", *u)
+        assert r.returncode == 1 and "was not added" in r.stderr, r.stderr
+        r = strato("providers", "set", "nosuch", "-r", "VCPU=1", *u)
+        assert r.returncode == 1 and "no provider named 'nosuch'" in r.stderr
+        listed = strato("providers", "list", "--json", *u)
+        names = sorted(p["name"] for p in json.loads(listed.stdout)["providers"])
+        assert names == ["host-1"], names
+    r = strato("providers", "add", "x", "--url", "http://127.0.0.1:1")
+    assert r.returncode == 3 and "could not be reached" in r.stderr
+
+
+def test_shell_completion() -> None:
+    r = strato("--show-completion", "bash")
+    assert r.returncode == 0 and "_STRATO_COMPLETE=complete_bash" in r.stdout, r.stderr
+    env = {**os.environ, "COMP_WORDS": "strato providers ", "COMP_CWORD": "2",
+           "_STRATO_COMPLETE": "complete_bash"}
+    r = subprocess.run([sys.executable, "-m", "strato.cli.main"], capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert {"list", "add", "set", "delete"} <= set(r.stdout.split()), r.stdout + r.stderr
+
+
+def test_a_provider_below_the_root_is_changed_in_its_cell(
+        cells: dict[str, ServerProcess]) -> None:  # noqa: F811
+    root, ord_ = cells["root"].url, cells["ord"].url
+    r = strato("providers", "set", "ord-h1", "-r", "VCPU=12", "--trait", "CUSTOM_FAST",
+               "--location", "ord/room2/rack9/h1", "--tag", "pci", "--url", root, "--json")
+    assert r.returncode == 0, r.stderr
+    with api.client(ord_) as c:
+        rp = c.get("/resource_providers?name=ord-h1").json()["resource_providers"][0]
+        u = rp["uuid"]
+        assert c.get(f"/resource_providers/{u}/inventories").json()[
+            "inventories"]["VCPU"]["total"] == 12
+        assert c.get(f"/resource_providers/{u}/traits").json()["traits"] == ["CUSTOM_FAST"]
+        meta = c.get(f"/strato/v1/providers/{u}/meta").json()
+        assert (meta["location"], meta["tags"]) == ("ord/room2/rack9/h1", ["pci"])
+    r = strato("providers", "delete", u, "--url", root)
+    assert r.returncode == 0, r.stderr
+    with api.client(ord_) as c:
+        assert c.get(f"/resource_providers/{u}").status_code == 404
