@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all install demo test test-fast lint bench clean chaos chaos-short
+.PHONY: all install browser demo test test-fast lint bench clean chaos chaos-short
 
 all: test
 
@@ -21,7 +21,19 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/strato demo
 
-test: $(STAMP)
+# The browser test (tests/e2e/test_ui_browser.py) drives Debian's Chromium;
+# installed here when missing and this is root on a Debian-like machine.
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing chromium and chromium-driver for the browser test"; \
+	    (apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || \
+	     (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null)) \
+	    || echo "could not install chromium: the browser test will be skipped"; \
+	  else echo "no chromium: the browser test will be skipped (apt-get install chromium chromium-driver)"; fi; \
+	fi
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

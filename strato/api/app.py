@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match
+from starlette.staticfiles import StaticFiles
 
 import strato
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
@@ -27,8 +28,9 @@ from strato.api.fast import FastSchedule
 from strato.api.metrics import HttpMetrics, Metrics
 from strato.api.middleware import StratoMiddleware, accepts_json
 from strato.api.policy import PolicyMode
+from strato.api.recent import Recent
 from strato.api.responses import REQUEST_ID_KEY, error_response, strato_error_response
-from strato.api.routes import ROUTERS
+from strato.api.routes import ROUTERS, ui
 from strato.config import Settings
 from strato.engine.service import Engine, EngineConfig
 from strato.model import errors
@@ -117,7 +119,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
             database.dispose()
 
     app = FastAPI(title="Strato", version=strato.__version__, lifespan=lifespan,
-                  docs_url="/docs", redoc_url=None, **_telemetry_off(),
+                  docs_url=None, redoc_url=None, **_telemetry_off(),
                   dependencies=[Depends(_json_accepted)],
                   description="Distributed, hierarchical resource scheduler and placement "
                               "service with an OpenStack Placement compatible API.")
@@ -147,6 +149,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.state.tree = tree
     app.state.policy = PolicyMode(settings.policy)
     app.state.metrics = Metrics(tree)
+    app.state.recent = Recent()
     app.state.registration = None
 
     @app.exception_handler(errors.StratoError)
@@ -205,6 +208,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
 
     for router in ROUTERS:
         app.include_router(router)
+    # /docs without a CDN (api/routes/ui.py serves its page).
+    app.mount(ui.DOCS_STATIC, StaticFiles(directory=ui.docs_assets()), name="docs-static")
 
     strategy = auth or (TokenAuth(settings.auth_token) if settings.auth_token else NoAuth())
     # Runs inside StratoMiddleware: the middleware added last is the outermost.

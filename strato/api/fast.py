@@ -64,7 +64,7 @@ class FastSchedule:
         try:
             response: Response = await schedule_response(
                 self.state.tree, req, rid if isinstance(rid, str) else None,
-                getattr(self.state, "metrics", None))
+                getattr(self.state, "metrics", None), getattr(self.state, "recent", None))
         except DataError as exc:
             response = error_response(400, "Bad Request",
                                       f"invalid value in request: {type(exc.orig).__name__}",

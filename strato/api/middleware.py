@@ -7,6 +7,7 @@ version and request-id headers to every answer, errors included.
 
 from __future__ import annotations
 
+import base64
 import uuid
 from typing import Any
 
@@ -20,6 +21,26 @@ from strato.model import errors
 
 # Routes anyone may call: the version document and the API description.
 PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/healthz", "/readyz", "/metrics"})
+# Swagger UI's own files, served for /docs (api/routes/ui.py).
+PUBLIC_PREFIX = "/docs/static/"
+# Pages a browser opens: it sends the token as HTTP Basic's password, and is
+# asked for it on a 401 (api/routes/ui.py).
+BROWSER_PATHS = frozenset({"/ui"})
+
+
+def basic_token(headers: dict[str, str]) -> None:
+    """`Authorization: Basic` (any user, the token as password) as X-Auth-Token,
+    unless the request carries one already."""
+    auth = headers.get("authorization", "")
+    if "x-auth-token" in headers or auth[:6].lower() != "basic ":
+        return
+    try:
+        decoded = base64.b64decode(auth[6:].strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return  # not Basic credentials: no token, so a 401
+    _, sep, password = decoded.partition(":")
+    if sep and password:
+        headers["x-auth-token"] = password
 
 
 def accepts_json(accept: str | None) -> bool:
@@ -64,7 +85,10 @@ class StratoMiddleware:
                 (b"openstack-api-version", f"placement {version}".encode()),
                 (b"vary", b"openstack-api-version"),
             ]
-            if scope["path"] not in PUBLIC_PATHS:
+            path = scope["path"]
+            if path in BROWSER_PATHS:
+                basic_token(headers)
+            if path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIX):
                 scope[CONTEXT_KEY] = self.auth.authenticate(headers)
             length = headers.get("content-length")
             if length is not None and not length.strip().isdigit():
@@ -77,7 +101,10 @@ class StratoMiddleware:
                     f"request body of {length} bytes exceeds the limit of "
                     f"{self.max_body_bytes} bytes")
         except errors.StratoError as exc:
-            extra = {"www-authenticate": 'Keystone uri="local"'} if exc.status == 401 else None
+            extra = None
+            if exc.status == 401:
+                extra = {"www-authenticate": 'Basic realm="strato", charset="UTF-8"'
+                         if scope["path"] in BROWSER_PATHS else 'Keystone uri="local"'}
             resp = error_response(exc.status, exc.title, exc.detail, exc.code, request_id,
                                   extra, accept=headers.get("accept"))
             await resp(scope, receive, send_with_headers)

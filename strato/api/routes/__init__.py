@@ -13,12 +13,14 @@ from strato.api.routes import (
     schedule,
     strato_providers,
     traits,
+    ui,
     usages,
     zone,
 )
 
 ROUTERS = [
     root.router,
+    ui.router,
     health.router,
     resource_providers.router,
     inventories.router,

@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from strato.api import deps
 from strato.api.metrics import Metrics, result_of
+from strato.api.recent import Recent
 from strato.api.responses import REQUEST_ID_KEY, json_response, strato_error_response
 from strato.model import errors
 from strato.model.schedule import ScheduleAnswer, ScheduleRequest
@@ -49,7 +50,8 @@ def check_hops(body: ScheduleRequest) -> None:
 
 
 async def schedule_response(tree: ZoneTree, body: ScheduleRequest, rid: str | None,
-                            metrics: Metrics | None = None) -> Response:
+                            metrics: Metrics | None = None, recent: Recent | None = None
+                            ) -> Response:
     """The one implementation of POST /strato/v1/schedule once its body is read,
     validated and the caller allowed (the route, and the lean path of api/fast.py)."""
     start = time.perf_counter()
@@ -58,9 +60,15 @@ async def schedule_response(tree: ZoneTree, body: ScheduleRequest, rid: str | No
         answer = await tree.schedule(body)
         result, placed = "placed", len(answer.get("placements", []))
         subtree.learn_placements(tree, answer)
+        if recent is not None and not body.dry_run:
+            recent.placed(body.request_id, len(body.consumers), answer,
+                          time.perf_counter() - start)
         return json_response(answer)
     except errors.StratoError as exc:
         result = result_of(exc.status, exc.code)
+        if recent is not None:
+            recent.refused(body.request_id, len(body.consumers), result, exc.detail,
+                           getattr(exc, "explain", None), time.perf_counter() - start)
         return strato_error_response(exc, rid)
     finally:
         if metrics is not None:
@@ -76,7 +84,7 @@ async def create_schedule(request: Request, body: ScheduleRequest) -> Response:
     rid = request.scope.get(REQUEST_ID_KEY)
     return await schedule_response(get_tree(request), body,
                                    rid if isinstance(rid, str) else None,
-                                   request.app.state.metrics)
+                                   request.app.state.metrics, request.app.state.recent)
 
 
 @router.post("/explain", response_model=ScheduleAnswer)
