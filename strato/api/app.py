@@ -31,6 +31,7 @@ from strato.api.policy import PolicyMode
 from strato.api.recent import Recent
 from strato.api.responses import REQUEST_ID_KEY, error_response, strato_error_response
 from strato.api.routes import ROUTERS, ui
+from strato.api.tracing import TraceMiddleware
 from strato.config import Settings
 from strato.engine.service import Engine, EngineConfig
 from strato.model import errors
@@ -218,6 +219,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.add_middleware(StratoMiddleware, auth=strategy,
                        max_body_bytes=settings.max_body_bytes)
     app.add_middleware(HttpMetrics, metrics=app.state.metrics)
+    app.add_middleware(TraceMiddleware, zone=settings.zone_name)
     if settings.cors_allowed_origins:
         app.add_middleware(CorsMiddleware, policy=CorsPolicy(
             settings.cors_allowed_origins, settings.cors_allow_headers))

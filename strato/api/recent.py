@@ -75,7 +75,9 @@ def explain_lines(explain: Any) -> list[str]:
                    f"{g.get('remaining', '?')} left" + (f"; removed: {cuts}" if cuts else ""))
     for c in explain.get("children") or []:
         if isinstance(c, dict):
-            out.append(f"{c.get('zone', '?')}: {c.get('outcome', '?')}: {c.get('reason') or ''}")
+            outcome, reason = str(c.get("outcome", "?")), str(c.get("reason") or "")
+            said = reason if reason.startswith(outcome) else f"{outcome}: {reason}"
+            out.append(f"{c.get('zone', '?')}: {said}")
     if not out and isinstance(explain.get("summary"), str):
         out.append(explain["summary"])
     return [line[:MAX_TEXT] for line in out[:MAX_LINES]]

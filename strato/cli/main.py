@@ -15,7 +15,7 @@ import typer
 from fastapi import FastAPI
 from rich.console import Console
 
-from strato import logs
+from strato import logs, trace
 from strato.config import Settings
 from strato.model.location import LocationError, canonical_location, canonical_tags
 from strato.store.db import Database, default_sqlite_url
@@ -315,6 +315,11 @@ def serve(
     max_connections: int = typer.Option(
         1000, envvar="STRATO_MAX_CONNECTIONS",
         help="Open connections (and requests at work) per process; past it, 503."),
+    trace_exporter: str = typer.Option(
+        "off", "--trace", envvar="STRATO_TRACE",
+        help="OpenTelemetry traces: off (default), otlp (to OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "default http://localhost:4318) or console; needs pip install 'strato[trace]'. "
+        "A trace follows a request through every zone (W3C traceparent)."),
     sqlite_synchronous: str = typer.Option(
         "FULL", envvar="STRATO_SQLITE_SYNCHRONOUS",
         help="SQLite's durability: FULL (default: every commit is on disk before it is "
@@ -359,6 +364,14 @@ def serve(
         console.print(f"[red]invalid --sqlite-synchronous[/]: {sqlite_synchronous} "
                       "(FULL or NORMAL)")
         raise typer.Exit(2)
+    if trace_exporter not in trace.EXPORTERS:
+        console.print(f"[red]invalid --trace[/]: {trace_exporter} (off, otlp or console)")
+        raise typer.Exit(2)
+    try:
+        trace.configure(trace_exporter)
+    except trace.TraceUnavailable as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
     limits = Limits(max_header_bytes=max_header_bytes, max_headers=max_headers,
                     header_timeout=header_timeout, body_timeout=body_timeout,
                     max_connections=max_connections)
@@ -423,6 +436,7 @@ def serve(
         os.environ.update({k: v for k, v in ranking.items() if v is not None})
         os.environ["STRATO_POLICY"] = policy
         os.environ["STRATO_LEDGER_COMMIT"] = ledger_commit
+        os.environ["STRATO_TRACE"] = trace_exporter
         os.environ["STRATO_CORS_ALLOWED_ORIGINS"] = ",".join(cors_allowed_origin)
         os.environ["STRATO_CORS_ALLOW_HEADERS"] = ",".join(cors_allow_header)
         uvicorn.run("strato.cli.main:app_from_env", factory=True, host=host, port=port,
@@ -448,6 +462,7 @@ def app_from_env() -> FastAPI:
     from strato.engine.service import parse_class_weights
 
     env = os.environ
+    trace.configure(env.get("STRATO_TRACE", "off"))
     weights = env.get("STRATO_CLASS_WEIGHTS")
     randomize = env.get("STRATO_RANDOMIZE_CANDIDATES")
     max_candidates = env.get("STRATO_MAX_CANDIDATES")

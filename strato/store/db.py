@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from strato import trace
+
 _WRITE = "strato_write"
 
 
@@ -107,6 +109,11 @@ class Database:
         """A write transaction. `lazy`: its commit does not wait for the disk
         (see `_LazySync`): it survives the process dying, and the machine
         dying after the next sync (within LAZY_SYNC_S), not before."""
+        with trace.span("store.write", lazy=lazy), self._write(lazy=lazy) as conn:
+            yield conn
+
+    @contextmanager
+    def _write(self, *, lazy: bool = False) -> Iterator[Connection]:
         if self.is_sqlite:
             with self._sqlite_write_lock, self.engine.connect() as conn:
                 conn.execution_options(**{_WRITE: True})
@@ -144,6 +151,7 @@ class Database:
         `after(result)` runs as soon as the job's work is committed (in the
         thread that committed it, before the caller wakes), never otherwise.
         """
+        job = trace.bind("store.job", job)
         if not self.is_sqlite:
             with self.write() as conn:
                 result = job(conn)
@@ -157,6 +165,7 @@ class Database:
         thread (grouped with whatever else is waiting) and the future holds its
         result or exception once committed, `after` done. For an event loop,
         which must not block on the commit: `asyncio.wrap_future` awaits it."""
+        job = trace.bind("store.job", job)
         if not self.is_sqlite:
             # PostgreSQL groups commits itself: a plain write in a pool thread.
             with self._pool_lock:
@@ -214,8 +223,9 @@ class Database:
                     return False, None  # another process writes: nothing was done
                 raise
             try:
-                result = job(conn)
-                driver.execute("COMMIT")
+                with trace.span("store.write_now"):
+                    result = job(conn)
+                    driver.execute("COMMIT")
             except BaseException:
                 if driver.in_transaction:
                     driver.execute("ROLLBACK")

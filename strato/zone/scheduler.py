@@ -24,6 +24,7 @@ import numpy as np
 from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
+from strato import trace
 from strato.engine import cache as kept
 from strato.engine import candidates as builder
 from strato.engine import explain as explainer
@@ -413,6 +414,10 @@ class LocalScheduler:
             return self._plan_bounded(req)
 
     def _plan_bounded(self, req: ScheduleRequest) -> Plan:
+        with trace.span("strato.plan", consumers=len(req.consumers)):
+            return self._plan_now(req)
+
+    def _plan_now(self, req: ScheduleRequest) -> Plan:
         self.engine.settle()
         spread_groups = {c.group or req.group for c in req.constraints
                          if isinstance(c, SpreadRuleSpec)}
@@ -440,15 +445,17 @@ class LocalScheduler:
     # -- claiming ------------------------------------------------------------------
 
     def _claim(self, req: ScheduleRequest, plan: Plan, retries: int) -> dict[str, Any]:
-        job, applied, answer = self._claim_job(req, plan, retries)
-        # Concurrent requests share one transaction (one fsync on SQLite).
-        return self._claimed(req, self.db.batched(job, applied), answer)
+        with trace.span("strato.claim", consumers=len(req.consumers), retries=retries):
+            job, applied, answer = self._claim_job(req, plan, retries)
+            # Concurrent requests share one transaction (one fsync on SQLite).
+            return self._claimed(req, self.db.batched(job, applied), answer)
 
     async def _claim_async(self, req: ScheduleRequest, plan: Plan, retries: int
                            ) -> dict[str, Any]:
-        job, applied, answer = self._claim_job(req, plan, retries)
-        replay = await asyncio.wrap_future(self.db.submit(job, applied))
-        return self._claimed(req, replay, answer)
+        with trace.span("strato.claim", consumers=len(req.consumers), retries=retries):
+            job, applied, answer = self._claim_job(req, plan, retries)
+            replay = await asyncio.wrap_future(self.db.submit(job, applied))
+            return self._claimed(req, replay, answer)
 
     def _claimed(self, req: ScheduleRequest, replay: dict[str, Any] | None,
                  answer: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
+from strato import trace
 from strato.zone import wire
 from strato.zone.protocol import ZONE_PROTOCOL
 
@@ -88,6 +89,7 @@ def _headers(token: str | None, version: str | None = None) -> dict[str, str]:
     out = {**HEADERS, "x-auth-token": token or "admin"}
     if version is not None:
         out["openstack-api-version"] = f"placement {version}"
+    trace.inject(out)  # the caller's trace goes on (W3C traceparent), when tracing
     return out
 
 
@@ -121,6 +123,12 @@ class HttpTransport:
 
     async def call(self, url: str, method: str, path: str, *, token: str | None,
                    json: Any = None, timeout: float, version: str | None = None) -> Reply:
+        with trace.zone_call(url, method, path):
+            return await self._call(url, method, path, token=token, json=json,
+                                    timeout=timeout, version=version)
+
+    async def _call(self, url: str, method: str, path: str, *, token: str | None,
+                    json: Any = None, timeout: float, version: str | None = None) -> Reply:
         if self._wire is not None and url.startswith("http://"):
             return await self._lean(url, method, path, token, json, timeout, version)
         limit = self.max_reply_bytes
@@ -260,6 +268,12 @@ class InProcessTransport:
 
     async def call(self, url: str, method: str, path: str, *, token: str | None,
                    json: Any = None, timeout: float, version: str | None = None) -> Reply:
+        with trace.zone_call(url, method, path):
+            return await self._call(url, method, path, token=token, json=json,
+                                    timeout=timeout, version=version)
+
+    async def _call(self, url: str, method: str, path: str, *, token: str | None,
+                    json: Any = None, timeout: float, version: str | None = None) -> Reply:
         key = url.rstrip("/")
         if key in self.down or key not in self._apps:
             raise Unreachable(url, "connection refused")

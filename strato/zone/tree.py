@@ -43,6 +43,7 @@ from urllib.parse import quote
 from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
+from strato import trace
 from strato.model import errors
 from strato.model.schedule import ScheduleRequest
 from strato.store import children as child_store
@@ -521,6 +522,11 @@ class ZoneTree:
         """The answer to a schedule request; raises NoValidPlacement (409, kept
         under the request id), ServiceUnavailable (503, not kept) or another
         StratoError."""
+        with trace.span("strato.schedule", consumers=len(req.consumers),
+                        request_id=req.request_id, dry_run=req.dry_run, hops=req.hops):
+            return await self._schedule(req)
+
+    async def _schedule(self, req: ScheduleRequest) -> dict[str, Any]:
         kids = await self.children()
         if not kids:
             return await self._schedule_here(req)
