@@ -150,6 +150,9 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.state.tree = tree
     app.state.policy = PolicyMode(settings.policy)
     app.state.metrics = Metrics(tree)
+    # The parts report their work to the metrics (strato/observe.py).
+    for part in (database, engine, app.state.scheduler, tree):
+        part.observer = app.state.metrics
     app.state.recent = Recent()
     app.state.registration = None
 

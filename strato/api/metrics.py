@@ -6,24 +6,29 @@ histograms are updated where the work happens; the zone tree's state
 (children's health, requests in doubt, holds) is read at scrape time by a
 collector, so nothing is kept twice.
 
-With ``--workers N`` (PostgreSQL) every worker process has its own
-registry: a scrape reaches one worker and shows that worker's counters
-(the state read at scrape time is the whole zone's). Scrape each worker, or
-run one worker per zone.
+With ``--workers N`` (PostgreSQL) the workers share their counts through
+prometheus-client's multiprocess mode: `strato serve` gives them a fresh
+directory (``PROMETHEUS_MULTIPROC_DIR``) for their files, and a scrape,
+whichever worker answers it, sums every worker's counters and histograms.
+The state read at scrape time (children's health, index size) is the
+answering worker's view of the one zone.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import strato
+from strato.observe import Observer
+from strato.store import in_doubt, provisional
 
 if TYPE_CHECKING:
     from strato.zone.tree import ZoneTree
@@ -37,9 +42,15 @@ BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 RESULTS = ("placed", "no_valid_placement", "unavailable", "conflict", "invalid", "error")
 
 
-class Metrics:
+# Counts of candidates returned by GET /allocation_candidates.
+COUNT_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+class Metrics(Observer):
     def __init__(self, tree: ZoneTree | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.tree = tree
         self.schedule_attempts = Counter(
             "strato_schedule_attempts", "POST /strato/v1/schedule calls by result",
             ["result"], registry=self.registry)
@@ -56,10 +67,50 @@ class Metrics:
         self.http_duration = Histogram(
             "strato_http_request_duration_seconds", "HTTP request latency by route template",
             ["method", "route"], buckets=BUCKETS, registry=self.registry)
+        self.plan_duration = Histogram(
+            "strato_plan_duration_seconds", "Time to plan on this zone's own providers "
+            "(the decision)", buckets=BUCKETS, registry=self.registry)
+        self.claim_duration = Histogram(
+            "strato_claim_duration_seconds", "Time to claim a plan (its transaction "
+            "included)", buckets=BUCKETS, registry=self.registry)
+        self.lost_races = Counter(
+            "strato_claim_lost_races", "Claims that found their plan taken by another "
+            "writer (planned again)", registry=self.registry)
+        self.commit_duration = Histogram(
+            "strato_db_commit_duration_seconds", "Time of a write transaction's commit",
+            buckets=BUCKETS, registry=self.registry)
+        self.refresh_duration = Histogram(
+            "strato_engine_refresh_duration_seconds", "Time for the in-memory index to "
+            "catch up with the store", buckets=BUCKETS, registry=self.registry)
+        self.child_calls = Histogram(
+            "strato_child_call_duration_seconds", "Calls to child zones by outcome (ok, "
+            "error, unreachable, malformed)", ["child", "outcome"], buckets=BUCKETS,
+            registry=self.registry)
+        self.candidates_returned = Histogram(
+            "strato_allocation_candidates_returned", "Allocation requests returned by "
+            "GET /allocation_candidates", buckets=COUNT_BUCKETS, registry=self.registry)
         for r in RESULTS:
             self.schedule_attempts.labels(r)
-        if tree is not None:
-            self.registry.register(TreeCollector(tree))
+
+    # -- Observer: what the store, engine, scheduler and tree report --------------
+
+    def planned(self, seconds: float) -> None:
+        self.plan_duration.observe(seconds)
+
+    def claimed(self, seconds: float) -> None:
+        self.claim_duration.observe(seconds)
+
+    def lost_race(self) -> None:
+        self.lost_races.inc()
+
+    def committed(self, seconds: float) -> None:
+        self.commit_duration.observe(seconds)
+
+    def refreshed(self, seconds: float) -> None:
+        self.refresh_duration.observe(seconds)
+
+    def zone_called(self, child: str, seconds: float, outcome: str) -> None:
+        self.child_calls.labels(child, outcome).observe(seconds)
 
     def scheduled(self, result: str, seconds: float, placed: int = 0) -> None:
         self.schedule_attempts.labels(result).inc()
@@ -68,7 +119,22 @@ class Metrics:
             self.placements.inc(placed)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        """The text a scrape gets (blocking: the zone's state is read from the
+        store; call it in a worker thread)."""
+        path = os.environ.get(MULTIPROC_ENV)
+        if path:
+            # Every worker's counts, from their files (this registry's own
+            # metrics are written there too, so are not read twice).
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=path)
+        else:
+            registry = self.registry
+        text = generate_latest(registry)
+        if self.tree is not None:
+            state = CollectorRegistry(auto_describe=True)
+            state.register(TreeCollector(self.tree))
+            text += generate_latest(state)
+        return text
 
 
 def result_of(status: int, code: str | None) -> str:
@@ -121,6 +187,21 @@ class TreeCollector(Collector):
                                       "Providers in this zone's in-memory index")
         providers.add_metric([], float(getattr(index, "size", 0) or 0))
         yield providers
+        with tree.db.read() as conn:
+            doubt = in_doubt.counts(conn)
+            states = provisional.counts(conn)
+        doubtful = GaugeMetricFamily("strato_requests_in_doubt", "Requests a child may have "
+                                     "acted on without this zone learning the answer",
+                                     labels=["child"])
+        for name, n in sorted(doubt.items()):
+            doubtful.add_metric([name], float(n))
+        yield doubtful
+        holds = GaugeMetricFamily("strato_provisional_holds", "Consumers held provisionally "
+                                  "(parts of cross-zone placements not yet confirmed)",
+                                  labels=["state"])
+        for st, n in sorted(states.items()):
+            holds.add_metric([st], float(n))
+        yield holds
 
 
 class HttpMetrics:

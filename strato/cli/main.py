@@ -437,6 +437,16 @@ def serve(
         os.environ["STRATO_POLICY"] = policy
         os.environ["STRATO_LEDGER_COMMIT"] = ledger_commit
         os.environ["STRATO_TRACE"] = trace_exporter
+        # Metrics summed over the workers (api/metrics.py): their files go to
+        # a directory of this run's own, gone when it stops.
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            import atexit
+            import shutil
+            import tempfile
+
+            metrics_dir = tempfile.mkdtemp(prefix="strato-metrics-")
+            atexit.register(shutil.rmtree, metrics_dir, ignore_errors=True)
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         os.environ["STRATO_CORS_ALLOWED_ORIGINS"] = ",".join(cors_allowed_origin)
         os.environ["STRATO_CORS_ALLOW_HEADERS"] = ",".join(cors_allow_header)
         uvicorn.run("strato.cli.main:app_from_env", factory=True, host=host, port=port,

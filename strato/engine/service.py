@@ -29,6 +29,7 @@ from strato.engine.loader import known_names, load_records, load_usage
 from strato.engine.request import CandidateRequest
 from strato.engine.summaries import ProviderSummary, summarize
 from strato.engine.weighers import Scorer, WeigherConfig
+from strato.observe import NOBODY, Observer
 from strato.store import changes
 from strato.store.db import Database
 
@@ -126,6 +127,7 @@ class Engine:
         self.scorer = Scorer(self.config.weigher)
         self.index = ProviderIndex()
         self.stats = RefreshStats()
+        self.observer: Observer = NOBODY
         self._loaded = False
         self._lock = threading.Lock()
         # Claims this process committed, by change seq, not yet in the index.
@@ -206,6 +208,7 @@ class Engine:
             else:
                 self._incremental(conn, seq)
         self.stats.last_refresh_s = time.perf_counter() - started
+        self.observer.refreshed(self.stats.last_refresh_s)
         self._drop_own()
         return seq
 

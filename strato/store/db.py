@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from strato import trace
+from strato.observe import NOBODY, Observer
 
 _WRITE = "strato_write"
 
@@ -53,6 +54,7 @@ class Database:
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL", echo: bool = False):
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
+        self.observer: Observer = NOBODY
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         if self.is_sqlite:
             kwargs["connect_args"] = {"timeout": 60, "check_same_thread": False}
@@ -121,7 +123,7 @@ class Database:
                 if relax:
                     _synchronous(conn, "NORMAL")
                 try:
-                    with conn.begin():
+                    with self._transaction(conn):
                         yield conn
                 finally:
                     if relax:
@@ -132,12 +134,26 @@ class Database:
                             # Never back in the pool without its durability.
                             conn.invalidate()
         else:
-            with self.engine.connect() as conn, conn.begin():
+            with self.engine.connect() as conn, self._transaction(conn):
                 if lazy:
                     # PostgreSQL's own form of the same: its WAL writer flushes
                     # within 3 x wal_writer_delay.
                     conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
                 yield conn
+
+    @contextmanager
+    def _transaction(self, conn: Connection) -> Iterator[Connection]:
+        """`conn.begin()`'s transaction, its commit timed for the observer."""
+        trans = conn.begin()
+        try:
+            yield conn
+        except BaseException:
+            if trans.is_active:
+                trans.rollback()
+            raise
+        start = time.perf_counter()
+        trans.commit()
+        self.observer.committed(time.perf_counter() - start)
 
     def batched(self, job: Callable[[Connection], T],
                 after: Callable[[T], None] | None = None) -> T:
@@ -225,7 +241,9 @@ class Database:
             try:
                 with trace.span("store.write_now"):
                     result = job(conn)
+                    start = time.perf_counter()
                     driver.execute("COMMIT")
+                    self.observer.committed(time.perf_counter() - start)
             except BaseException:
                 if driver.in_transaction:
                     driver.execute("ROLLBACK")

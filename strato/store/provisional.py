@@ -133,3 +133,9 @@ def committing(conn: Connection) -> list[Pending]:
 
 def all_pending(conn: Connection) -> list[Pending]:
     return [_pending(r) for r in conn.execute(sa.select(pc))]
+
+
+def counts(conn: Connection) -> dict[str, int]:
+    """State -> provisional claims in it (for metrics)."""
+    rows = conn.execute(sa.select(pc.c.state, sa.func.count()).group_by(pc.c.state))
+    return {str(r[0]): int(r[1]) for r in rows}

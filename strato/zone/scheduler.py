@@ -37,6 +37,7 @@ from strato.engine.solver import Assignment, Option, SpreadKind, SpreadRule, sol
 from strato.engine.weighers import Scorer, WeigherConfig
 from strato.model import errors
 from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec, TagsRule
+from strato.observe import NOBODY, Observer
 from strato.store import groups as group_store
 from strato.store import ledger, provisional
 from strato.store import meta as meta_store
@@ -227,6 +228,7 @@ class LocalScheduler:
                               zone_location=(tuple(location_prefix.split("/"))
                                              if location_prefix else None))
         self.planner = Planner(zone=zone, levels=levels)
+        self.observer: Observer = NOBODY
         self._lock = threading.Lock()
         # At most this many requests plan at once (0: no limit). Planning is
         # CPU under the GIL: more planners only contend. Claims are not gated:
@@ -258,6 +260,7 @@ class LocalScheduler:
             try:
                 return self._claim(req, plan, retries)
             except _LostRace:
+                self.observer.lost_race()
                 retries = _lost(retries)
 
     async def schedule_async(self, req: ScheduleRequest) -> dict[str, Any]:
@@ -276,6 +279,7 @@ class LocalScheduler:
             try:
                 return await self._claim_async(req, plan, retries)
             except _LostRace:
+                self.observer.lost_race()
                 retries = _lost(retries)
 
     def _start(self, req: ScheduleRequest) -> dict[str, Any] | None:
@@ -414,8 +418,11 @@ class LocalScheduler:
             return self._plan_bounded(req)
 
     def _plan_bounded(self, req: ScheduleRequest) -> Plan:
+        start = time.perf_counter()
         with trace.span("strato.plan", consumers=len(req.consumers)):
-            return self._plan_now(req)
+            plan = self._plan_now(req)
+        self.observer.planned(time.perf_counter() - start)
+        return plan
 
     def _plan_now(self, req: ScheduleRequest) -> Plan:
         self.engine.settle()
@@ -445,17 +452,22 @@ class LocalScheduler:
     # -- claiming ------------------------------------------------------------------
 
     def _claim(self, req: ScheduleRequest, plan: Plan, retries: int) -> dict[str, Any]:
+        start = time.perf_counter()
         with trace.span("strato.claim", consumers=len(req.consumers), retries=retries):
             job, applied, answer = self._claim_job(req, plan, retries)
             # Concurrent requests share one transaction (one fsync on SQLite).
-            return self._claimed(req, self.db.batched(job, applied), answer)
+            replay = self.db.batched(job, applied)
+        self.observer.claimed(time.perf_counter() - start)
+        return self._claimed(req, replay, answer)
 
     async def _claim_async(self, req: ScheduleRequest, plan: Plan, retries: int
                            ) -> dict[str, Any]:
+        start = time.perf_counter()
         with trace.span("strato.claim", consumers=len(req.consumers), retries=retries):
             job, applied, answer = self._claim_job(req, plan, retries)
             replay = await asyncio.wrap_future(self.db.submit(job, applied))
-            return self._claimed(req, replay, answer)
+        self.observer.claimed(time.perf_counter() - start)
+        return self._claimed(req, replay, answer)
 
     def _claimed(self, req: ScheduleRequest, replay: dict[str, Any] | None,
                  answer: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -332,3 +334,30 @@ class InProcessTransport:
         for c in self._clients.values():
             await c.aclose()
         self._clients.clear()
+
+
+class ObservedTransport:
+    """A zone's calls to its children, each timed and told to `report`
+    (url, seconds, outcome: ok, error for a 5xx answer, unreachable, malformed)."""
+
+    def __init__(self, inner: Transport, report: Callable[[str, float, str], None]) -> None:
+        self.inner = inner
+        self.report = report
+
+    async def call(self, url: str, method: str, path: str, *, token: str | None,
+                   json: Any = None, timeout: float, version: str | None = None) -> Reply:
+        start = time.perf_counter()
+        outcome = "unreachable"
+        try:
+            reply = await self.inner.call(url, method, path, token=token, json=json,
+                                          timeout=timeout, version=version)
+            outcome = "error" if reply.status >= 500 else "ok"
+            return reply
+        except Malformed:
+            outcome = "malformed"
+            raise
+        finally:
+            self.report(url, time.perf_counter() - start, outcome)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -46,6 +46,7 @@ from starlette.concurrency import run_in_threadpool
 from strato import trace
 from strato.model import errors
 from strato.model.schedule import ScheduleRequest
+from strato.observe import NOBODY, Observer
 from strato.store import children as child_store
 from strato.store import in_doubt, ledger, provisional
 from strato.store.allocations import ConsumerClaim, claim
@@ -59,7 +60,7 @@ from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_i
 from strato.zone.failures import FailureMemory, Refusal, shape_of
 from strato.zone.prune import predicted_fit, prune_reason, static_reason
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
-from strato.zone.transport import Malformed, Transport, Unreachable
+from strato.zone.transport import Malformed, ObservedTransport, Transport, Unreachable
 
 log = logging.getLogger("strato.zone")
 T = TypeVar("T")
@@ -140,8 +141,11 @@ class ZoneTree:
     _fetching: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _group_locks: split.GroupLocks = field(default_factory=split.GroupLocks)
     _local_gate: asyncio.Semaphore = field(init=False)
+    observer: Observer = NOBODY
 
     def __post_init__(self) -> None:
+        # Every call to a child is timed, by child, for the observer (metrics).
+        self.transport = ObservedTransport(self.transport, self._called)
         # Schedule calls on this zone's own providers in worker threads at once;
         # the rest wait on the event loop. The scheduler itself lets
         # `schedule_concurrency` of them plan at a time; the others here wait
@@ -164,6 +168,11 @@ class ZoneTree:
             if done:
                 return result  # type: ignore[return-value]
         return await asyncio.wrap_future(self.db.submit(job, lazy=lazy))
+
+    def _called(self, url: str, seconds: float, outcome: str) -> None:
+        kids = self._kids[1] if self._kids is not None else []
+        name = next((c.name for c in kids if c.url == url), "other")
+        self.observer.zone_called(name, seconds, outcome)
 
     async def _read(self, job: Callable[[Connection], T]) -> T:
         def run() -> T:

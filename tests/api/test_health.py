@@ -4,19 +4,24 @@ move with real requests."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from strato.api.app import create_app
 from strato.config import Settings
+from strato.store import in_doubt
 from strato.store.db import Database
+from strato.zone.inprocess import ZoneSpec, build
 from tests.conftest import ADMIN, _pg_admin, pg_url
 from tests.helpers import api
+from tests.zone.test_tree import host
 
 
 def value(text: str, name: str, **labels: str) -> float:
@@ -68,6 +73,49 @@ def test_metrics_move_with_requests(client: TestClient) -> None:
     assert value(after, "strato_http_requests_total", method="POST",
                  route="/resource_providers", status="200") >= 1
     assert value(after, "strato_engine_providers") == 1
+    # The decision, the claim and the store, each timed.
+    for name in ("strato_plan_duration_seconds_count", "strato_claim_duration_seconds_count",
+                 "strato_db_commit_duration_seconds_count",
+                 "strato_engine_refresh_duration_seconds_count"):
+        assert value(after, name) > value(before, name), name
+    assert value(after, "strato_claim_duration_seconds_count") \
+        - value(before, "strato_claim_duration_seconds_count") == 1
+    assert value(after, "strato_requests_in_doubt") == 0
+    assert "strato_claim_lost_races_total" in after
+    client.get("/allocation_candidates?resources=VCPU:1&limit=1")
+    text = client.get("/metrics").text
+    assert value(text, "strato_allocation_candidates_returned_count") == 1
+    assert value(text, "strato_allocation_candidates_returned_bucket", le="0.0") == 0
+    assert value(text, "strato_allocation_candidates_returned_bucket", le="1.0") == 1
+
+
+def test_metrics_of_a_tree(tmp_path: Path) -> None:
+    """Calls to children by child and outcome, requests in doubt and holds."""
+    async def main() -> None:
+        tree = build(tmp_path, [ZoneSpec("root"), ZoneSpec("cell", parent="root")])
+        try:
+            await tree.link()
+            await host(tree.client("cell"), "h0", "site1/rack0/h0")
+            await tree.zone_tree("root").refresh(fresh=True)
+            c = tree.client("root")
+            r = await c.post("/strato/v1/schedule", json={
+                "consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+                "groups": [{"resources": {"VCPU": 1}}]})
+            assert r.status_code == 200, r.text
+            tree.kill("cell")
+            await tree.zone_tree("root").refresh(fresh=True)
+            with tree.dbs["root"].write() as conn:
+                in_doubt.add(conn, "cell", "r1", [str(uuid.uuid4())], "lost answer")
+            text = (await c.get("/metrics")).text
+        finally:
+            await tree.aclose()
+        assert value(text, "strato_child_call_duration_seconds_count", child="cell",
+                     outcome="ok") >= 2
+        assert value(text, "strato_child_call_duration_seconds_count", child="cell",
+                     outcome="unreachable") >= 1
+        assert value(text, "strato_requests_in_doubt", child="cell") == 1
+        assert value(text, "strato_child_healthy", child="cell") == 0
+    asyncio.run(main())
 
 
 @pytest.fixture

@@ -138,7 +138,9 @@ def list_allocation_candidates(request: Request) -> Response:
                                 errors.QUERYPARAM_BAD_VALUE)
     result = engine.query(parsed, exclude=stale_providers(request) or ())
     headers = cache_headers(None) if v >= V1_15 else None
-    return json_response(serialize(result, parsed, v), headers=headers)
+    body = serialize(result, parsed, v)
+    request.app.state.metrics.candidates_returned.observe(len(body["allocation_requests"]))
+    return json_response(body, headers=headers)
 
 
 # -- parsing ------------------------------------------------------------------

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from functools import lru_cache
 from typing import Any
 
@@ -36,7 +37,7 @@ DB_TIMEOUT_S = 2.0
 async def healthz(request: Request) -> Response:
     """The process answers."""
     return json_response({"status": "ok", "zone": request.app.state.settings.zone_name,
-                          "version": strato.__version__})
+                          "version": strato.__version__, "pid": os.getpid()})
 
 
 def _schema(request: Request) -> dict[str, Any]:
