@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
-from strato import trace
+from strato import logs, trace
 from strato.zone import wire
 from strato.zone.protocol import ZONE_PROTOCOL
 
@@ -91,6 +91,12 @@ def _headers(token: str | None, version: str | None = None) -> dict[str, str]:
     out = {**HEADERS, "x-auth-token": token or "admin"}
     if version is not None:
         out["openstack-api-version"] = f"placement {version}"
+    # The request's global id goes on: the caller's, or this zone's own id when
+    # the caller sent none, so every zone's log lines of one request share it.
+    first = logs.GLOBAL_REQUEST_ID.get()
+    first = first if first != "-" else logs.REQUEST_ID.get()
+    if first != "-":
+        out["x-openstack-request-id"] = first
     trace.inject(out)  # the caller's trace goes on (W3C traceparent), when tracing
     return out
 

@@ -90,32 +90,41 @@ def test_metrics_move_with_requests(client: TestClient) -> None:
 
 
 def test_metrics_of_a_tree(tmp_path: Path) -> None:
-    """Calls to children by child and outcome, requests in doubt and holds."""
-    async def main() -> None:
-        tree = build(tmp_path, [ZoneSpec("root"), ZoneSpec("cell", parent="root")])
+    """Through a three-zone tree: each zone counts the request it answered,
+    its calls to its child by outcome, and its requests in doubt."""
+    async def main() -> dict[str, str]:
+        tree = build(tmp_path, [ZoneSpec("root"), ZoneSpec("mid", parent="root"),
+                                ZoneSpec("cell", parent="mid")])
         try:
             await tree.link()
             await host(tree.client("cell"), "h0", "site1/rack0/h0")
+            await tree.zone_tree("mid").refresh(fresh=True)
             await tree.zone_tree("root").refresh(fresh=True)
-            c = tree.client("root")
-            r = await c.post("/strato/v1/schedule", json={
+            r = await tree.client("root").post("/strato/v1/schedule", json={
                 "consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
                 "groups": [{"resources": {"VCPU": 1}}]})
             assert r.status_code == 200, r.text
             tree.kill("cell")
-            await tree.zone_tree("root").refresh(fresh=True)
-            with tree.dbs["root"].write() as conn:
+            await tree.zone_tree("mid").refresh(fresh=True)
+            with tree.dbs["mid"].write() as conn:
                 in_doubt.add(conn, "cell", "r1", [str(uuid.uuid4())], "lost answer")
-            text = (await c.get("/metrics")).text
+            return {z: (await tree.client(z).get("/metrics")).text
+                    for z in ("root", "mid", "cell")}
         finally:
             await tree.aclose()
-        assert value(text, "strato_child_call_duration_seconds_count", child="cell",
-                     outcome="ok") >= 2
-        assert value(text, "strato_child_call_duration_seconds_count", child="cell",
-                     outcome="unreachable") >= 1
-        assert value(text, "strato_requests_in_doubt", child="cell") == 1
-        assert value(text, "strato_child_healthy", child="cell") == 0
-    asyncio.run(main())
+
+    text = asyncio.run(main())
+    for z in ("root", "mid", "cell"):
+        assert value(text[z], "strato_schedule_attempts_total", result="placed") == 1, z
+    assert value(text["cell"], "strato_placements_total") == 1
+    assert value(text["cell"], "strato_claim_duration_seconds_count") == 1
+    assert value(text["root"], "strato_child_call_duration_seconds_count", child="mid",
+                 outcome="ok") >= 2
+    assert value(text["mid"], "strato_child_call_duration_seconds_count", child="cell",
+                 outcome="unreachable") >= 1
+    assert value(text["mid"], "strato_requests_in_doubt", child="cell") == 1
+    assert value(text["mid"], "strato_child_healthy", child="cell") == 0
+    assert value(text["root"], "strato_child_healthy", child="mid") == 1
 
 
 @pytest.fixture

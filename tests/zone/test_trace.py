@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -16,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from strato import trace
 from strato.zone.inprocess import ZoneSpec, build
+from tests.zone.test_malicious_child import honest_summary
 from tests.zone.test_tree import host
 
 
@@ -94,3 +96,59 @@ def test_tracing_off_costs_nothing_and_on_needs_a_known_exporter() -> None:
     assert headers == {}
     with pytest.raises(ValueError, match="unknown trace exporter"):
         trace.configure("zipkin")
+
+
+class Recorder:
+    """A child zone that records the request-id headers it is sent, and
+    refuses every request (its summary has room, so it is asked)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str | None] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        status, out = 200, {}
+        if scope["path"] == "/strato/v1/summary":
+            out = honest_summary()
+        elif scope["path"] == "/strato/v1/schedule":
+            self.seen.append(headers.get("x-openstack-request-id"))
+            status, out = 409, {"errors": [{"status": 409, "title": "Conflict",
+                                            "code": "strato.no_valid_placement",
+                                            "detail": "full"}], "explain": None}
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": orjson.dumps(out)})
+
+
+def test_the_global_request_id_goes_to_the_children(tmp_path: Path) -> None:
+    """Every zone's log lines of one request name the same global request id:
+    the client's, or the first zone's own id when the client sent none."""
+    recorder = Recorder()
+
+    async def main() -> tuple[str, str]:
+        tree = build(tmp_path, [ZoneSpec("root")])
+        try:
+            tree.transport.register("inproc://rec", recorder)
+            c = tree.client("root")
+            r = await c.post("/strato/v1/children", json={"name": "rec", "url": "inproc://rec"})
+            assert r.status_code == 201, r.text
+            await tree.zone_tree("root").refresh(fresh=True)
+            body = {"consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+                    "groups": [{"resources": {"VCPU": 1}}]}
+            mine = f"req-{uuid.uuid4()}"
+            r1 = await c.post("/strato/v1/schedule", json=body,
+                              headers={"x-openstack-request-id": mine})
+            # Another shape: the first refusal is remembered for its own.
+            r2 = await c.post("/strato/v1/schedule", json={
+                **body, "consumers": [str(uuid.uuid4())],
+                "groups": [{"resources": {"MEMORY_MB": 1}}]})
+            assert r1.status_code == r2.status_code == 409, (r1.text, r2.text)
+            return mine, r2.headers["x-openstack-request-id"]
+        finally:
+            await tree.aclose()
+
+    mine, roots_own = asyncio.run(main())
+    assert recorder.seen[0] == mine
+    assert recorder.seen[-1] == roots_own and roots_own.startswith("req-")
