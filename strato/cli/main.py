@@ -410,7 +410,6 @@ def serve(
     # Migrate once, before workers start, so they do not race on it.
     _lock_sqlite(url)
     _prepare_database(url, create_db)
-    console.print(f"strato serving on http://{host}:{port} database={_redact(url)}")
     if log_format not in logs.FORMATS:
         console.print(f"[red]invalid --log-format[/]: {log_format} (text or json)")
         raise typer.Exit(2)
@@ -449,15 +448,41 @@ def serve(
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         os.environ["STRATO_CORS_ALLOWED_ORIGINS"] = ",".join(cors_allowed_origin)
         os.environ["STRATO_CORS_ALLOW_HEADERS"] = ",".join(cors_allow_header)
-        uvicorn.run("strato.cli.main:app_from_env", factory=True, host=host, port=port,
-                    workers=workers, log_config=log_config, access_log=access_log,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=GuardedHttp,
-                    limit_concurrency=limits.max_connections)
+        server_config = uvicorn.Config("strato.cli.main:app_from_env", factory=True, host=host,
+                                port=port, workers=workers, log_config=log_config,
+                                access_log=access_log, http=GuardedHttp,
+                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                                limit_concurrency=limits.max_connections)
     else:
-        uvicorn.run(create_app(settings, migrate=False), host=host, port=port,
-                    log_config=log_config, access_log=access_log,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=GuardedHttp,
-                    limit_concurrency=limits.max_connections)
+        server_config = uvicorn.Config(create_app(settings, migrate=False), host=host, port=port,
+                                log_config=log_config, access_log=access_log,
+                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=GuardedHttp,
+                                limit_concurrency=limits.max_connections)
+    _listen_and_serve(server_config, f"strato serving on http://{host}:{port} "
+                              f"database={_redact(url)}")
+
+
+def _listen_and_serve(config: Any, serving: str) -> None:
+    """Bind the address, say "serving" (only now: the port is ours and
+    listening), then serve, in one process or in config.workers (as
+    uvicorn.run does, with the announcement between the two)."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    if config.workers == 1:
+        config.load_app()
+    server = uvicorn.Server(config=config)
+    sock = config.bind_socket()
+    console.print(serving)
+    try:
+        if config.workers > 1:
+            Multiprocess(config, sockets=[sock]).run()
+        else:
+            server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    if config.workers == 1 and not server.started:
+        raise typer.Exit(3)  # the application did not start: its error is above
 
 
 # On SIGTERM, requests still at work get this long: a request can have a

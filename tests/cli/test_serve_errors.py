@@ -89,3 +89,24 @@ def test_two_servers_on_one_sqlite_file(tmp_path: Path) -> None:
     # Gone with its process (as after kill -9): the file can be served again.
     with ServerProcess(db, log_path=tmp_path / "second.log") as again:
         assert again.proc is not None and again.proc.poll() is None
+
+
+def test_serving_is_said_once_the_port_listens(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "strato.cli.main", "serve", "--port",
+                             str(port), "--db", f"sqlite:///{tmp_path / 'z.db'}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "serving on" in line:
+                break
+        else:
+            raise AssertionError("never said serving")
+        # Said, so listening: a connection is accepted at once (no retry).
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    finally:
+        proc.terminate()
+        proc.wait(30)
