@@ -473,6 +473,7 @@ def _listen_and_serve(config: Any, serving: str) -> None:
         config.load_app()
     server = uvicorn.Server(config=config)
     sock = config.bind_socket()
+    sock.listen(config.backlog)  # connections queue from now on (served once started)
     console.print(serving)
     try:
         if config.workers > 1:
