@@ -258,12 +258,15 @@ def _fmt_alloc(allocs: dict[str, Any], names: dict[str, str], host: str) -> str:
 def placements_table(answer: dict[str, Any], names: dict[str, str]) -> Table:
     title = "placements (dry run, nothing claimed)" if answer.get("dry_run") else "placements"
     t = Table(title=title)
-    for col in ("consumer", "host", "location", "allocations"):
+    for col in ("consumer", "host", "zone", "location", "allocations"):
         t.add_column(col, overflow="fold")
     t.add_column("score", justify="right")
     for p in answer["placements"]:
         host = p["provider"]
-        t.add_row(p["consumer_uuid"], names.get(host, host), p.get("location") or "",
+        zone = str(p.get("zone") or "")
+        if p.get("shared_zone"):
+            zone += f" (+ pool in {p['shared_zone']})"
+        t.add_row(p["consumer_uuid"], names.get(host, host), zone, p.get("location") or "",
                   _fmt_alloc(p["allocations"], names, host), f"{p['score']:.3f}")
     return t
 

@@ -115,3 +115,13 @@ def test_a_provider_below_the_root_is_changed_in_its_cell(
     assert r.returncode == 0, r.stderr
     with api.client(ord_) as c:
         assert c.get(f"/resource_providers/{u}").status_code == 404
+
+
+def test_the_schedule_table_through_the_root_names_hosts_and_zones(
+        cells: dict[str, ServerProcess]) -> None:  # noqa: F811
+    r = strato("schedule", "-r", "VCPU:8", "-n", "2", "-g", "web", "--anti-affinity", "site:hard",
+               "--url", cells["root"].url)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "zone" in out and "root/dfw" in out and "root/ord" in out, out
+    assert "dfw-h" in out and "ord-h" in out, out  # host names, not uuids
