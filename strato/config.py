@@ -61,3 +61,6 @@ class Settings:
     # Placement's policy defaults: "legacy" (its default), "secure" (new defaults
     # only) or "open" (any authenticated caller); strato/api/policy.py.
     policy: str = "legacy"
+    # GET /metrics: open (None, as /healthz and /readyz) or behind this token
+    # (Authorization: Bearer TOKEN, as Prometheus sends it, or X-Auth-Token).
+    metrics_token: str | None = None

@@ -315,6 +315,10 @@ def serve(
     max_connections: int = typer.Option(
         1000, envvar="STRATO_MAX_CONNECTIONS",
         help="Open connections (and requests at work) per process; past it, 503."),
+    metrics_token: str = typer.Option(
+        None, envvar="STRATO_METRICS_TOKEN",
+        help="Put GET /metrics behind this token (Authorization: Bearer TOKEN, as "
+        "Prometheus sends it, or X-Auth-Token); default: open, as /healthz."),
     trace_exporter: str = typer.Option(
         "off", "--trace", envvar="STRATO_TRACE",
         help="OpenTelemetry traces: off (default), otlp (to OTEL_EXPORTER_OTLP_ENDPOINT, "
@@ -401,7 +405,8 @@ def serve(
                         hold_ttl=hold_ttl, schedule_concurrency=schedule_concurrency,
                         cors_allowed_origins=tuple(cors_allowed_origin),
                         cors_allow_headers=tuple(cors_allow_header), policy=policy,
-                        sqlite_synchronous=sqlite_synchronous, ledger_commit=ledger_commit)
+                        sqlite_synchronous=sqlite_synchronous, ledger_commit=ledger_commit,
+                        metrics_token=metrics_token)
     if parent is not None and not _is_http_url(parent):
         console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
                       "URL (e.g. http://10.0.0.1:8780)")
@@ -436,6 +441,8 @@ def serve(
         os.environ["STRATO_POLICY"] = policy
         os.environ["STRATO_LEDGER_COMMIT"] = ledger_commit
         os.environ["STRATO_TRACE"] = trace_exporter
+        if metrics_token:
+            os.environ["STRATO_METRICS_TOKEN"] = metrics_token
         # Metrics summed over the workers (api/metrics.py): their files go to
         # a directory of this run's own, gone when it stops.
         if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -516,7 +523,8 @@ def app_from_env() -> FastAPI:
         cors_allow_headers=tuple(h for h in env.get("STRATO_CORS_ALLOW_HEADERS",
                                                     "").split(",") if h),
         policy=env.get("STRATO_POLICY", "legacy"),
-        ledger_commit=env.get("STRATO_LEDGER_COMMIT", "sync")),
+        ledger_commit=env.get("STRATO_LEDGER_COMMIT", "sync"),
+        metrics_token=env.get("STRATO_METRICS_TOKEN") or None),
         migrate=False)
 
 

@@ -156,3 +156,21 @@ def test_readyz_follows_the_database(doomed_pg: str) -> None:
             assert c.get("/healthz").status_code == 200  # the process still answers
     finally:
         db.dispose()
+
+
+def test_metrics_behind_their_own_token(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'm.db'}")
+    app = create_app(Settings(db_url=db.url, metrics_token="scrape-me"), db=db)
+    try:
+        with TestClient(app, raise_server_exceptions=False) as c:
+            r = c.get("/metrics")
+            assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+            assert c.get("/metrics", headers={"authorization": "Bearer nope"}).status_code == 401
+            utf8 = {"authorization": b"Bearer \xc3\xa9"}
+            assert c.get("/metrics", headers=utf8).status_code == 401
+            r = c.get("/metrics", headers={"authorization": "Bearer scrape-me"})
+            assert r.status_code == 200 and "strato_zone_info" in r.text
+            assert c.get("/metrics", headers={"x-auth-token": "scrape-me"}).status_code == 200
+            assert c.get("/healthz").status_code == 200  # still open
+    finally:
+        db.dispose()

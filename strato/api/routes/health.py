@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import os
 from functools import lru_cache
 from typing import Any
@@ -80,8 +81,21 @@ async def readyz(request: Request) -> Response:
                          200 if ready else 503)
 
 
+def _metrics_token_ok(request: Request, want: str) -> bool:
+    auth = request.headers.get("authorization", "")
+    given = auth[7:].strip() if auth[:7].lower() == "bearer " else \
+        request.headers.get("x-auth-token", "")
+    return hmac.compare_digest(given.encode("utf-8", "replace"), want.encode("utf-8"))
+
+
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
+    want = request.app.state.settings.metrics_token
+    if want and not _metrics_token_ok(request, want):
+        return json_response({"errors": [{
+            "status": 401, "title": "Unauthorized", "code": "placement.undefined_code",
+            "detail": "GET /metrics needs the metrics token (Authorization: Bearer TOKEN)"}]},
+            401, headers={"www-authenticate": 'Bearer realm="strato metrics"'})
     m: Metrics = request.app.state.metrics
     body = await run_in_threadpool(m.exposition)
     return Response(body, media_type=CONTENT_TYPE)
