@@ -21,6 +21,7 @@ from starlette.routing import Match
 from starlette.staticfiles import StaticFiles
 
 import strato
+from strato.api import openapi
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
 from strato.api.below import ProvidersBelow
 from strato.api.cors import CorsMiddleware, CorsPolicy
@@ -212,6 +213,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
 
     for router in ROUTERS:
         app.include_router(router)
+    openapi.install(app)
     # /docs without a CDN (api/routes/ui.py serves its page).
     app.mount(ui.DOCS_STATIC, StaticFiles(directory=ui.docs_assets()), name="docs-static")
 

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 import strato
 from strato.api.metrics import CONTENT_TYPE, Metrics
@@ -88,7 +88,9 @@ def _metrics_token_ok(request: Request, want: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "replace"), want.encode("utf-8"))
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse, responses={
+    200: {"description": "Prometheus text format", "content": {CONTENT_TYPE.split(";")[0]: {}}},
+    401: {"description": "With --metrics-token: the token is missing or wrong."}})
 async def metrics(request: Request) -> Response:
     want = request.app.state.settings.metrics_token
     if want and not _metrics_token_ok(request, want):
