@@ -64,3 +64,6 @@ class Settings:
     # GET /metrics: open (None, as /healthz and /readyz) or behind this token
     # (Authorization: Bearer TOKEN, as Prometheus sends it, or X-Auth-Token).
     metrics_token: str | None = None
+    # Every write, who asked and what came of it, as JSON lines: a file path,
+    # "-" for standard error, or None for no audit log (strato/api/audit.py).
+    audit_log: str | None = None

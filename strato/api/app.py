@@ -22,6 +22,7 @@ from starlette.staticfiles import StaticFiles
 
 import strato
 from strato.api import openapi
+from strato.api.audit import AuditLog
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth
 from strato.api.below import ProvidersBelow
 from strato.api.cors import CorsMiddleware, CorsPolicy
@@ -223,6 +224,10 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.add_middleware(FastSchedule, state=app.state)
     app.add_middleware(StratoMiddleware, auth=strategy,
                        max_body_bytes=settings.max_body_bytes)
+    if settings.audit_log:
+        # Around everything that answers (authentication's refusals included);
+        # the caller and request id are read from the scope it filled in.
+        app.add_middleware(AuditLog, destination=settings.audit_log, zone=settings.zone_name)
     app.add_middleware(HttpMetrics, metrics=app.state.metrics)
     app.add_middleware(TraceMiddleware, zone=settings.zone_name)
     if settings.cors_allowed_origins:

@@ -319,6 +319,11 @@ def serve(
         None, envvar="STRATO_METRICS_TOKEN",
         help="Put GET /metrics behind this token (Authorization: Bearer TOKEN, as "
         "Prometheus sends it, or X-Auth-Token); default: open, as /healthz."),
+    audit_log: str = typer.Option(
+        None, envvar="STRATO_AUDIT_LOG",
+        help="Write every write request (who, project, roles, route, request id, "
+        "outcome) as a JSON line to this file (made 0600; reopened after logrotate), "
+        "or - for standard error. Default: none."),
     trace_exporter: str = typer.Option(
         "off", "--trace", envvar="STRATO_TRACE",
         help="OpenTelemetry traces: off (default), otlp (to OTEL_EXPORTER_OTLP_ENDPOINT, "
@@ -406,7 +411,7 @@ def serve(
                         cors_allowed_origins=tuple(cors_allowed_origin),
                         cors_allow_headers=tuple(cors_allow_header), policy=policy,
                         sqlite_synchronous=sqlite_synchronous, ledger_commit=ledger_commit,
-                        metrics_token=metrics_token)
+                        metrics_token=metrics_token, audit_log=audit_log)
     if parent is not None and not _is_http_url(parent):
         console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
                       "URL (e.g. http://10.0.0.1:8780)")
@@ -443,6 +448,8 @@ def serve(
         os.environ["STRATO_TRACE"] = trace_exporter
         if metrics_token:
             os.environ["STRATO_METRICS_TOKEN"] = metrics_token
+        if audit_log:
+            os.environ["STRATO_AUDIT_LOG"] = audit_log
         # Metrics summed over the workers (api/metrics.py): their files go to
         # a directory of this run's own, gone when it stops.
         if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -524,7 +531,8 @@ def app_from_env() -> FastAPI:
                                                     "").split(",") if h),
         policy=env.get("STRATO_POLICY", "legacy"),
         ledger_commit=env.get("STRATO_LEDGER_COMMIT", "sync"),
-        metrics_token=env.get("STRATO_METRICS_TOKEN") or None),
+        metrics_token=env.get("STRATO_METRICS_TOKEN") or None,
+        audit_log=env.get("STRATO_AUDIT_LOG") or None),
         migrate=False)
 
 
