@@ -67,3 +67,8 @@ class Settings:
     # Every write, who asked and what came of it, as JSON lines: a file path,
     # "-" for standard error, or None for no audit log (strato/api/audit.py).
     audit_log: str | None = None
+    # Mutual TLS for zone links (strato/tls.py): this zone's certificate and
+    # key, and the CA its peers' certificates are checked against.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None

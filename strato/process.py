@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -23,7 +25,11 @@ class ServerProcess:
     """`strato serve` in a child process; start() waits until it answers."""
 
     def __init__(self, db_url: str, *, port: int | None = None, extra: list[str] | None = None,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None,
+                 tls: tuple[str, str, str] | None = None) -> None:
+        """`tls`: (certificate, key, CA) files; the server runs with mutual TLS
+        and start() checks it with them."""
+        self.tls = tls
         self.db_url = db_url
         self.port = port or free_port()
         self.extra = extra or []
@@ -32,11 +38,22 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    def client_options(self) -> dict[str, Any]:
+        """httpx options for a client of this server (its certificate, with TLS)."""
+        if self.tls is None:
+            return {}
+        cert, key, ca = self.tls
+        ctx = ssl.create_default_context(cafile=ca)
+        ctx.load_cert_chain(cert, key)
+        return {"verify": ctx}
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
         cmd = [sys.executable, "-m", "strato.cli.main", "serve", "--db", self.db_url,
                "--port", str(self.port), *self.extra]
+        if self.tls is not None:
+            cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1], "--tls-ca", self.tls[2]]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=out, env={**os.environ})
         deadline = time.monotonic() + timeout
@@ -44,7 +61,8 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {cmd}")
             try:
-                if httpx.get(self.url + "/", timeout=1.0).status_code == 200:
+                if httpx.get(self.url + "/", timeout=1.0,
+                             **self.client_options()).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

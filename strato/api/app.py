@@ -40,6 +40,7 @@ from strato.model import errors
 from strato.store.db import Database
 from strato.store.migrate import upgrade
 from strato.store.zone_meta import identity as zone_identity
+from strato.tls import Tls
 from strato.zone.registration import register_with_parent
 from strato.zone.scheduler import LocalScheduler
 from strato.zone.transport import HttpTransport, Transport
@@ -97,7 +98,9 @@ def create_app(settings: Settings, *, db: Database | None = None,
     """Build the app for one zone. `db` may be passed in (tests share one);
     `transport` (default: HTTP) is how this zone calls its children and parent."""
     database = db or Database(settings.db_url, sqlite_synchronous=settings.sqlite_synchronous)
-    zone_transport: Transport = transport or HttpTransport()
+    tls = Tls.of(settings.tls_cert, settings.tls_key, settings.tls_ca)
+    zone_transport: Transport = transport or HttpTransport(
+        ssl_context=tls.client_context() if tls is not None else None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

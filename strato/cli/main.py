@@ -19,6 +19,7 @@ from strato import logs, trace
 from strato.config import Settings
 from strato.model.location import LocationError, canonical_location, canonical_tags
 from strato.store.db import Database, default_sqlite_url
+from strato.tls import Tls
 
 app = typer.Typer(help="Strato: distributed, hierarchical resource scheduler and placement "
                        "service.", no_args_is_help=True)
@@ -319,6 +320,16 @@ def serve(
         None, envvar="STRATO_METRICS_TOKEN",
         help="Put GET /metrics behind this token (Authorization: Bearer TOKEN, as "
         "Prometheus sends it, or X-Auth-Token); default: open, as /healthz."),
+    tls_cert: str = typer.Option(
+        None, envvar="STRATO_TLS_CERT",
+        help="This zone's certificate (PEM): serve https, and show it to the zones it "
+        "calls."),
+    tls_key: str = typer.Option(None, envvar="STRATO_TLS_KEY",
+                                help="The key of --tls-cert (PEM)."),
+    tls_ca: str = typer.Option(
+        None, envvar="STRATO_TLS_CA",
+        help="A CA (PEM): mutual TLS. Clients must show a certificate it signed, and "
+        "the zones this one calls are verified against it."),
     audit_log: str = typer.Option(
         None, envvar="STRATO_AUDIT_LOG",
         help="Write every write request (who, project, roles, route, request id, "
@@ -373,6 +384,12 @@ def serve(
         console.print(f"[red]invalid --sqlite-synchronous[/]: {sqlite_synchronous} "
                       "(FULL or NORMAL)")
         raise typer.Exit(2)
+    try:
+        tls = Tls.of(tls_cert, tls_key, tls_ca)
+    except ValueError as exc:
+        console.print(f"[red]invalid TLS option[/]: {exc}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    scheme = "https" if tls is not None else "http"
     if trace_exporter not in trace.EXPORTERS:
         console.print(f"[red]invalid --trace[/]: {trace_exporter} (off, otlp or console)")
         raise typer.Exit(2)
@@ -403,7 +420,7 @@ def serve(
                         max_candidates=max_candidates, max_combinations=max_combinations,
                         zone_name=zone,
                         parent_url=parent, parent_token=parent_token,
-                        advertise_url=advertise_url or f"http://{host}:{port}",
+                        advertise_url=advertise_url or f"{scheme}://{host}:{port}",
                         location_prefix=location_prefix, zone_tags=tuple(tag),
                         zone_credential=auth_token, summary_interval=summary_interval,
                         child_timeout=child_timeout, request_timeout=request_timeout,
@@ -411,7 +428,8 @@ def serve(
                         cors_allowed_origins=tuple(cors_allowed_origin),
                         cors_allow_headers=tuple(cors_allow_header), policy=policy,
                         sqlite_synchronous=sqlite_synchronous, ledger_commit=ledger_commit,
-                        metrics_token=metrics_token, audit_log=audit_log)
+                        metrics_token=metrics_token, audit_log=audit_log,
+                        tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca)
     if parent is not None and not _is_http_url(parent):
         console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
                       "URL (e.g. http://10.0.0.1:8780)")
@@ -450,6 +468,9 @@ def serve(
             os.environ["STRATO_METRICS_TOKEN"] = metrics_token
         if audit_log:
             os.environ["STRATO_AUDIT_LOG"] = audit_log
+        for name, value in (("CERT", tls_cert), ("KEY", tls_key), ("CA", tls_ca)):
+            if value:
+                os.environ[f"STRATO_TLS_{name}"] = value
         # Metrics summed over the workers (api/metrics.py): their files go to
         # a directory of this run's own, gone when it stops.
         if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -466,13 +487,15 @@ def serve(
                                 port=port, workers=workers, log_config=log_config,
                                 access_log=access_log, http=GuardedHttp,
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-                                limit_concurrency=limits.max_connections)
+                                limit_concurrency=limits.max_connections,
+                                **(tls.server_options() if tls else {}))
     else:
         server_config = uvicorn.Config(create_app(settings, migrate=False), host=host, port=port,
                                 log_config=log_config, access_log=access_log,
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=GuardedHttp,
-                                limit_concurrency=limits.max_connections)
-    _listen_and_serve(server_config, f"strato serving on http://{host}:{port} "
+                                limit_concurrency=limits.max_connections,
+                                **(tls.server_options() if tls else {}))
+    _listen_and_serve(server_config, f"strato serving on {scheme}://{host}:{port} "
                               f"database={_redact(url)}")
 
 
@@ -532,7 +555,9 @@ def app_from_env() -> FastAPI:
         policy=env.get("STRATO_POLICY", "legacy"),
         ledger_commit=env.get("STRATO_LEDGER_COMMIT", "sync"),
         metrics_token=env.get("STRATO_METRICS_TOKEN") or None,
-        audit_log=env.get("STRATO_AUDIT_LOG") or None),
+        audit_log=env.get("STRATO_AUDIT_LOG") or None,
+        tls_cert=env.get("STRATO_TLS_CERT") or None, tls_key=env.get("STRATO_TLS_KEY") or None,
+        tls_ca=env.get("STRATO_TLS_CA") or None),
         migrate=False)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -119,8 +120,12 @@ def _reply(url: str, status: int, content: bytes) -> Reply:
 
 class HttpTransport:
     def __init__(self, max_connections: int = 64, *, lean: bool | None = None,
-                 max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
+                 max_reply_bytes: int = MAX_REPLY_BYTES,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        # https calls verify the other zone (and show ours, with mutual TLS:
+        # strato/tls.py); plain http ones go through the lean client below.
         self._client = httpx.AsyncClient(
+            verify=ssl_context if ssl_context is not None else True,
             limits=httpx.Limits(max_connections=max_connections,
                                 max_keepalive_connections=max_connections))
         if lean is None:
