@@ -72,3 +72,11 @@ class Settings:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_ca: str | None = None
+    # Keystone (strato/api/keystone.py): tokens validated there when a URL is
+    # given, with this zone's own service credentials.
+    keystone_url: str | None = None
+    keystone_user: str | None = None
+    keystone_password: str | None = None
+    keystone_project: str = "service"
+    keystone_domain: str = "Default"
+    token_cache_seconds: float = 300.0

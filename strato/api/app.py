@@ -92,6 +92,18 @@ def _telemetry_off() -> dict[str, Any]:
     return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
 
 
+def _auth_strategy(settings: Settings) -> AuthStrategy:
+    if settings.keystone_url:
+        from strato.api.keystone import KeystoneAuth
+
+        return KeystoneAuth(settings.keystone_url, username=settings.keystone_user or "",
+                            password=settings.keystone_password or "",
+                            project=settings.keystone_project,
+                            domain=settings.keystone_domain, admin_token=settings.auth_token,
+                            cache_seconds=settings.token_cache_seconds)
+    return TokenAuth(settings.auth_token) if settings.auth_token else NoAuth()
+
+
 def create_app(settings: Settings, *, db: Database | None = None,
                auth: AuthStrategy | None = None, migrate: bool = True,
                transport: Transport | None = None) -> FastAPI:
@@ -221,7 +233,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
     # /docs without a CDN (api/routes/ui.py serves its page).
     app.mount(ui.DOCS_STATIC, StaticFiles(directory=ui.docs_assets()), name="docs-static")
 
-    strategy = auth or (TokenAuth(settings.auth_token) if settings.auth_token else NoAuth())
+    strategy = auth or _auth_strategy(settings)
     # Runs inside StratoMiddleware: the middleware added last is the outermost.
     app.add_middleware(ProvidersBelow, state=app.state)
     app.add_middleware(FastSchedule, state=app.state)

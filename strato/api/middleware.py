@@ -89,7 +89,11 @@ class StratoMiddleware:
             if path in BROWSER_PATHS:
                 basic_token(headers)
             if path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIX):
-                scope[CONTEXT_KEY] = self.auth.authenticate(headers)
+                slow = getattr(self.auth, "authenticate_async", None)
+                # A strategy that may ask another service (Keystone) does so
+                # off the event loop.
+                scope[CONTEXT_KEY] = (await slow(headers) if slow is not None
+                                      else self.auth.authenticate(headers))
             length = headers.get("content-length")
             if length is not None and not length.strip().isdigit():
                 raise errors.BadRequest("content-length header must be an integer")

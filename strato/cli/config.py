@@ -33,7 +33,7 @@ from rich.table import Table
 
 ENV = "STRATO_CONFIG"
 # Never printed: shown as "****".
-SECRETS = frozenset({"auth_token", "parent_token", "metrics_token"})
+SECRETS = frozenset({"auth_token", "parent_token", "metrics_token", "keystone_password"})
 
 
 class ConfigError(ValueError):

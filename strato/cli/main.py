@@ -320,6 +320,24 @@ def serve(
         None, envvar="STRATO_METRICS_TOKEN",
         help="Put GET /metrics behind this token (Authorization: Bearer TOKEN, as "
         "Prometheus sends it, or X-Auth-Token); default: open, as /healthz."),
+    keystone_url: str = typer.Option(
+        None, envvar="STRATO_KEYSTONE_URL",
+        help="Validate X-Auth-Token with this Keystone (e.g. http://keystone:5000/v3), "
+        "as Placement does: the token's user, project and roles meet Placement's "
+        "policy. --auth-token, if set too, stays an admin token. Needs pip install "
+        "'strato[keystone]'."),
+    keystone_user: str = typer.Option(None, envvar="STRATO_KEYSTONE_USER",
+                                      help="This zone's service user in Keystone."),
+    keystone_password: str = typer.Option(None, envvar="STRATO_KEYSTONE_PASSWORD",
+                                          help="Its password."),
+    keystone_project: str = typer.Option("service", envvar="STRATO_KEYSTONE_PROJECT",
+                                         help="Its project."),
+    keystone_domain: str = typer.Option("Default", envvar="STRATO_KEYSTONE_DOMAIN",
+                                        help="The domain of the user and project."),
+    token_cache_seconds: float = typer.Option(
+        300.0, min=0, envvar="STRATO_TOKEN_CACHE_SECONDS",
+        help="How long a token Keystone validated is trusted without asking again "
+        "(never past its expiry)."),
     tls_cert: str = typer.Option(
         None, envvar="STRATO_TLS_CERT",
         help="This zone's certificate (PEM): serve https, and show it to the zones it "
@@ -372,7 +390,18 @@ def serve(
     except LocationError as exc:
         console.print(f"[red]invalid zone metadata[/]: {exc}")
         raise typer.Exit(2) from None
-    if auth_token is None and not _is_loopback(host):
+    if keystone_url is not None:
+        if not _is_http_url(keystone_url) or not keystone_user or not keystone_password:
+            console.print("[red]invalid Keystone options[/]: --keystone-url needs an http(s) "
+                          "URL, --keystone-user and --keystone-password", soft_wrap=True)
+            raise typer.Exit(2)
+        try:
+            import keystoneauth1  # noqa: F401
+        except ImportError:
+            console.print("[red]--keystone-url needs keystoneauth1[/]: pip install "
+                          "'strato[keystone]'")
+            raise typer.Exit(2) from None
+    if auth_token is None and keystone_url is None and not _is_loopback(host):
         console.print(f"[red]refusing to listen on {host} without --auth-token[/]: "
                       "development mode (no token) is for loopback only")
         raise typer.Exit(2)
@@ -411,7 +440,7 @@ def serve(
     if workers > 1 and url.startswith("sqlite"):
         console.print("[red]--workers > 1 needs PostgreSQL[/]")
         raise typer.Exit(2)
-    if auth_token is None:
+    if auth_token is None and keystone_url is None:
         console.print("[yellow]development mode[/]: no --auth-token, accepting noauth2-style "
                       f"tokens on {host} only")
     settings = Settings(db_url=url, auth_token=auth_token, stale_after=stale_after,
@@ -429,7 +458,11 @@ def serve(
                         cors_allow_headers=tuple(cors_allow_header), policy=policy,
                         sqlite_synchronous=sqlite_synchronous, ledger_commit=ledger_commit,
                         metrics_token=metrics_token, audit_log=audit_log,
-                        tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca)
+                        tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca,
+                        keystone_url=keystone_url, keystone_user=keystone_user,
+                        keystone_password=keystone_password,
+                        keystone_project=keystone_project, keystone_domain=keystone_domain,
+                        token_cache_seconds=token_cache_seconds)
     if parent is not None and not _is_http_url(parent):
         console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
                       "URL (e.g. http://10.0.0.1:8780)")
@@ -468,9 +501,14 @@ def serve(
             os.environ["STRATO_METRICS_TOKEN"] = metrics_token
         if audit_log:
             os.environ["STRATO_AUDIT_LOG"] = audit_log
-        for name, value in (("CERT", tls_cert), ("KEY", tls_key), ("CA", tls_ca)):
+        for name, value in (("TLS_CERT", tls_cert), ("TLS_KEY", tls_key), ("TLS_CA", tls_ca),
+                            ("KEYSTONE_URL", keystone_url), ("KEYSTONE_USER", keystone_user),
+                            ("KEYSTONE_PASSWORD", keystone_password),
+                            ("KEYSTONE_PROJECT", keystone_project),
+                            ("KEYSTONE_DOMAIN", keystone_domain),
+                            ("TOKEN_CACHE_SECONDS", str(token_cache_seconds))):
             if value:
-                os.environ[f"STRATO_TLS_{name}"] = value
+                os.environ[f"STRATO_{name}"] = value
         # Metrics summed over the workers (api/metrics.py): their files go to
         # a directory of this run's own, gone when it stops.
         if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -557,7 +595,13 @@ def app_from_env() -> FastAPI:
         metrics_token=env.get("STRATO_METRICS_TOKEN") or None,
         audit_log=env.get("STRATO_AUDIT_LOG") or None,
         tls_cert=env.get("STRATO_TLS_CERT") or None, tls_key=env.get("STRATO_TLS_KEY") or None,
-        tls_ca=env.get("STRATO_TLS_CA") or None),
+        tls_ca=env.get("STRATO_TLS_CA") or None,
+        keystone_url=env.get("STRATO_KEYSTONE_URL") or None,
+        keystone_user=env.get("STRATO_KEYSTONE_USER") or None,
+        keystone_password=env.get("STRATO_KEYSTONE_PASSWORD") or None,
+        keystone_project=env.get("STRATO_KEYSTONE_PROJECT", "service"),
+        keystone_domain=env.get("STRATO_KEYSTONE_DOMAIN", "Default"),
+        token_cache_seconds=float(env.get("STRATO_TOKEN_CACHE_SECONDS", 300.0))),
         migrate=False)
 
 
