@@ -80,3 +80,5 @@ class Settings:
     keystone_project: str = "service"
     keystone_domain: str = "Default"
     token_cache_seconds: float = 300.0
+    # The token child zones register with (role "zone": registration only).
+    registration_token: str | None = None

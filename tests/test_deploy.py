@@ -60,8 +60,9 @@ def test_every_compose_command_is_a_valid_serve_command() -> None:
         if name != "root":
             assert ctx.params["parent"] == "http://root:8780"
             assert ctx.params["advertise_url"] == f"http://{name}:8780"
+            # The root's registration token, not its admin token.
             assert svc["environment"]["STRATO_PARENT_TOKEN"] == \
-                services["root"]["environment"]["STRATO_AUTH_TOKEN"]
+                services["root"]["environment"]["STRATO_REGISTRATION_TOKEN"]
 
 
 def test_what_the_dockerfile_copies_builds_the_package(tmp_path: Path) -> None:

@@ -87,3 +87,38 @@ class NoAuth:
                            roles=frozenset({"admin"}) | _roles(headers))
         return Context(user_id=user, project_id=project or headers.get("x-project-id"),
                        roles=_roles(headers))
+
+
+REGISTRATION_ROLE = "zone"
+
+
+class WithRegistration:
+    """Another strategy, plus this zone's registration token: the credential
+    child zones register with (`--parent-token` on their side). It grants the
+    `zone` role, which may register a zone and do nothing else, so a child
+    holds no admin rights on its parent."""
+
+    def __init__(self, inner: AuthStrategy, token: str) -> None:
+        self.inner = inner
+        self._token = token.encode()
+        slow = getattr(inner, "authenticate_async", None)
+        if slow is not None:
+            self.authenticate_async = self._async
+
+    def _registration(self, headers: dict[str, str]) -> Context | None:
+        given = headers.get("x-auth-token", "").encode("latin-1", "replace")
+        if given and hmac.compare_digest(given, self._token):
+            return Context(user_id="zone", project_id=None,
+                           roles=frozenset({REGISTRATION_ROLE}))
+        return None
+
+    def authenticate(self, headers: dict[str, str]) -> Context:
+        return self._registration(headers) or self.inner.authenticate(headers)
+
+    async def _async(self, headers: dict[str, str]) -> Context:
+        found = self._registration(headers)
+        if found is not None:
+            return found
+        slow = self.inner.authenticate_async  # type: ignore[attr-defined]
+        ctx: Context = await slow(headers)
+        return ctx

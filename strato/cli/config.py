@@ -33,7 +33,8 @@ from rich.table import Table
 
 ENV = "STRATO_CONFIG"
 # Never printed: shown as "****".
-SECRETS = frozenset({"auth_token", "parent_token", "metrics_token", "keystone_password"})
+SECRETS = frozenset({"auth_token", "parent_token", "metrics_token", "keystone_password",
+                     "registration_token"})
 
 
 class ConfigError(ValueError):

@@ -320,6 +320,10 @@ def serve(
         None, envvar="STRATO_METRICS_TOKEN",
         help="Put GET /metrics behind this token (Authorization: Bearer TOKEN, as "
         "Prometheus sends it, or X-Auth-Token); default: open, as /healthz."),
+    registration_token: str = typer.Option(
+        None, envvar="STRATO_REGISTRATION_TOKEN",
+        help="A token child zones register with (their --parent-token): it may register "
+        "a zone and nothing else, so children hold no admin rights here."),
     keystone_url: str = typer.Option(
         None, envvar="STRATO_KEYSTONE_URL",
         help="Validate X-Auth-Token with this Keystone (e.g. http://keystone:5000/v3), "
@@ -462,7 +466,8 @@ def serve(
                         keystone_url=keystone_url, keystone_user=keystone_user,
                         keystone_password=keystone_password,
                         keystone_project=keystone_project, keystone_domain=keystone_domain,
-                        token_cache_seconds=token_cache_seconds)
+                        token_cache_seconds=token_cache_seconds,
+                        registration_token=registration_token)
     if parent is not None and not _is_http_url(parent):
         console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
                       "URL (e.g. http://10.0.0.1:8780)")
@@ -506,7 +511,8 @@ def serve(
                             ("KEYSTONE_PASSWORD", keystone_password),
                             ("KEYSTONE_PROJECT", keystone_project),
                             ("KEYSTONE_DOMAIN", keystone_domain),
-                            ("TOKEN_CACHE_SECONDS", str(token_cache_seconds))):
+                            ("TOKEN_CACHE_SECONDS", str(token_cache_seconds)),
+                            ("REGISTRATION_TOKEN", registration_token)):
             if value:
                 os.environ[f"STRATO_{name}"] = value
         # Metrics summed over the workers (api/metrics.py): their files go to
@@ -601,7 +607,8 @@ def app_from_env() -> FastAPI:
         keystone_password=env.get("STRATO_KEYSTONE_PASSWORD") or None,
         keystone_project=env.get("STRATO_KEYSTONE_PROJECT", "service"),
         keystone_domain=env.get("STRATO_KEYSTONE_DOMAIN", "Default"),
-        token_cache_seconds=float(env.get("STRATO_TOKEN_CACHE_SECONDS", 300.0))),
+        token_cache_seconds=float(env.get("STRATO_TOKEN_CACHE_SECONDS", 300.0)),
+        registration_token=env.get("STRATO_REGISTRATION_TOKEN") or None),
         migrate=False)
 
 

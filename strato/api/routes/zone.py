@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps
+from strato.api.auth import REGISTRATION_ROLE
 from strato.api.responses import json_response
 from strato.model import errors
 from strato.model.location import LocationError, canonical_location, canonical_tags
@@ -163,8 +164,14 @@ async def list_children(request: Request) -> Response:
 
 @router.post("/children", status_code=201)
 async def create_child(request: Request, body: ChildSpec) -> Response:
-    """Add (201) or update (200) a child zone; its summary is fetched at once."""
-    deps.require_admin(request, "strato:children:create")
+    """Add (201) or update (200) a child zone; its summary is fetched at once.
+
+    An admin, or a zone registering itself with this zone's registration token
+    (role `zone`: it may do this and nothing else, and may not take over a
+    name registered with another zone's identity, live or not)."""
+    ctx = deps.context(request)
+    if not (ctx.is_admin or REGISTRATION_ROLE in ctx.roles):
+        raise errors.Forbidden("Policy does not allow strato:children:create to be performed.")
     tree = tree_of(request)
     identity = None if body.identity is None else hashlib.sha256(
         body.identity.encode()).hexdigest()
@@ -173,6 +180,11 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
         with deps.db(request).read() as conn:
             return store.find_child(conn, body.name)
     known = await run_in_threadpool(read)
+    if (not ctx.is_admin and known is not None and known.identity_hash is not None
+            and known.identity_hash != identity):
+        raise errors.Conflict(
+            f"name: zone {body.name!r} is registered with another zone's identity; a zone "
+            "may register only itself (an admin can remove the name first)")
     if known is not None and not _same_zone(known, body.url, identity) \
             and await tree.answers_as(known):
         raise errors.Conflict(
