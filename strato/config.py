@@ -61,6 +61,9 @@ class Settings:
     # Placement's policy defaults: "legacy" (its default), "secure" (new defaults
     # only) or "open" (any authenticated caller); strato/api/policy.py.
     policy: str = "legacy"
+    # An operator's policy file (Placement's YAML), read by oslo.policy: its
+    # rules replace the defaults of `policy` (strato/api/policy.py).
+    policy_file: str | None = None
     # GET /metrics: open (None, as /healthz and /readyz) or behind this token
     # (Authorization: Bearer TOKEN, as Prometheus sends it, or X-Auth-Token).
     metrics_token: str | None = None

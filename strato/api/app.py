@@ -29,7 +29,7 @@ from strato.api.cors import CorsMiddleware, CorsPolicy
 from strato.api.fast import FastSchedule
 from strato.api.metrics import HttpMetrics, Metrics
 from strato.api.middleware import StratoMiddleware, accepts_json
-from strato.api.policy import PolicyMode
+from strato.api.policy import PolicyFile, PolicyMode
 from strato.api.recent import Recent
 from strato.api.responses import REQUEST_ID_KEY, error_response, strato_error_response
 from strato.api.routes import ROUTERS, ui
@@ -166,6 +166,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
                                       ledger_commit=settings.ledger_commit))
     app.state.tree = tree
     app.state.policy = PolicyMode(settings.policy)
+    app.state.policy_file = (PolicyFile(settings.policy_file, app.state.policy)
+                             if settings.policy_file else None)
     app.state.metrics = Metrics(tree)
     # The parts report their work to the metrics (strato/observe.py).
     for part in (database, engine, app.state.scheduler, tree):

@@ -35,6 +35,10 @@ def authorize(request: Request, action: str, project_id: str | None = None) -> C
     """The caller, or a 403 if the app's Placement policy (strato/api/policy.py)
     refuses it `action` (on `project_id`'s data, for the rules that look at it)."""
     ctx = context(request)
+    rules: policy.PolicyFile | None = getattr(request.app.state, "policy_file", None)
+    if rules is not None:
+        rules.authorize(action, ctx, project_id)
+        return ctx
     mode: PolicyMode = getattr(request.app.state, "policy", PolicyMode.LEGACY)
     policy.authorize(mode, action, ctx, project_id)
     return ctx

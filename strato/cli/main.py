@@ -292,6 +292,10 @@ def serve(
                                help="Placement's policy defaults: legacy (its default), "
                                "secure (new defaults only) or open (any authenticated "
                                "caller)."),
+    policy_file: str = typer.Option(
+        None, envvar="STRATO_POLICY_FILE",
+        help="An operator's policy file (Placement's YAML format, read by oslo.policy): "
+        "its rules replace --policy's defaults; read again when it changes."),
     create_db: bool = typer.Option(False, "--create-db", help="Create the PostgreSQL "
                                    "database named in --db if it does not exist."),
     ledger_commit: str = typer.Option(
@@ -379,6 +383,17 @@ def serve(
     if policy not in ("legacy", "secure", "open"):
         console.print(f"[red]invalid --policy[/]: {policy} (legacy, secure or open)")
         raise typer.Exit(2)
+    if policy_file is not None:
+        from strato.api.policy import PolicyFile, PolicyMode
+
+        try:
+            rules = PolicyFile(policy_file, PolicyMode(policy))
+        except ValueError as exc:
+            console.print(f"[red]invalid --policy-file[/]: {exc}", soft_wrap=True)
+            raise typer.Exit(2) from None
+        if rules.unknown:
+            console.print(f"[yellow]--policy-file names rules this zone does not have[/]: "
+                          f"{', '.join(rules.unknown)}", soft_wrap=True)
     try:
         weights = None if class_weights is None else parse_class_weights(class_weights)
         # Fail here, with the reason, rather than in every worker at start-up.
@@ -467,7 +482,7 @@ def serve(
                         keystone_password=keystone_password,
                         keystone_project=keystone_project, keystone_domain=keystone_domain,
                         token_cache_seconds=token_cache_seconds,
-                        registration_token=registration_token)
+                        registration_token=registration_token, policy_file=policy_file)
     if parent is not None and not _is_http_url(parent):
         console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
                       "URL (e.g. http://10.0.0.1:8780)")
@@ -512,7 +527,8 @@ def serve(
                             ("KEYSTONE_PROJECT", keystone_project),
                             ("KEYSTONE_DOMAIN", keystone_domain),
                             ("TOKEN_CACHE_SECONDS", str(token_cache_seconds)),
-                            ("REGISTRATION_TOKEN", registration_token)):
+                            ("REGISTRATION_TOKEN", registration_token),
+                            ("POLICY_FILE", policy_file)):
             if value:
                 os.environ[f"STRATO_{name}"] = value
         # Metrics summed over the workers (api/metrics.py): their files go to
@@ -608,7 +624,8 @@ def app_from_env() -> FastAPI:
         keystone_project=env.get("STRATO_KEYSTONE_PROJECT", "service"),
         keystone_domain=env.get("STRATO_KEYSTONE_DOMAIN", "Default"),
         token_cache_seconds=float(env.get("STRATO_TOKEN_CACHE_SECONDS", 300.0)),
-        registration_token=env.get("STRATO_REGISTRATION_TOKEN") or None),
+        registration_token=env.get("STRATO_REGISTRATION_TOKEN") or None,
+        policy_file=env.get("STRATO_POLICY_FILE") or None),
         migrate=False)
 
 
