@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from strato.api.auth import CONTEXT_KEY, Context
-from strato.api.responses import REQUEST_ID_KEY
+from strato.api.responses import REQUEST_ID_KEY, StatusOf
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _listeners: dict[str, tuple[logging.Logger, logging.handlers.QueueListener]] = {}
@@ -70,17 +70,12 @@ class AuditLog:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 500
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
+        answered = StatusOf(send)
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receive, answered)
         finally:
-            self.log.info(line(scope, status, time.perf_counter() - start, self.zone))
+            self.log.info(line(scope, answered.status, time.perf_counter() - start,
+                               self.zone))
 
 
 def line(scope: Scope, status: int, seconds: float, zone: str) -> str:

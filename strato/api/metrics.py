@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import strato
+from strato.api.responses import StatusOf
 from strato.observe import Observer
 from strato.store import in_doubt, provisional
 
@@ -216,19 +217,13 @@ class HttpMetrics:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 500
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
+        answered = StatusOf(send)
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receive, answered)
         finally:
             route = _route(scope)
             method = str(scope.get("method", ""))
-            self.metrics.http_requests.labels(method, route, str(status)).inc()
+            self.metrics.http_requests.labels(method, route, str(answered.status)).inc()
             self.metrics.http_duration.labels(method, route).observe(
                 time.perf_counter() - start)
 

@@ -126,3 +126,19 @@ def http_date(when: datetime | None) -> str:
 def cache_headers(last_modified: datetime | None) -> dict[str, str]:
     """Headers Placement adds to GETs from microversion 1.15."""
     return {"last-modified": http_date(last_modified), "cache-control": "no-cache"}
+
+
+class StatusOf:
+    """`send` for a middleware that needs the status it answered with: it
+    passes every message on, keeping the status (500 until one is sent)."""
+
+    __slots__ = ("send", "status")
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+        self.status = 500
+
+    async def __call__(self, message: Any) -> None:
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+        await self.send(message)

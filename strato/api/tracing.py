@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from strato import trace
+from strato.api.responses import StatusOf
 
 
 class TraceMiddleware:
@@ -28,18 +29,14 @@ class TraceMiddleware:
         carrier = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope["headers"] if k.lower() in (b"traceparent", b"tracestate")}
         method, path = scope["method"], scope["path"]
-        status = 500
+        answered = StatusOf(send)
         with trace.server_span(carrier, f"{method} {path}", {
                 "http.request.method": method, "url.path": path[:512],
                 "strato.zone": self.zone}) as span:
-            async def sending(message: Message) -> None:
-                nonlocal status
-                if message["type"] == "http.response.start":
-                    status = int(message["status"])
-                await send(message)
             try:
-                await self.app(scope, receive, sending)
+                await self.app(scope, receive, answered)
             finally:
+                status = answered.status
                 template = getattr(scope.get("route"), "path", None)
                 if template:
                     span.update_name(f"{method} {template}")

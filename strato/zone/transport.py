@@ -118,7 +118,21 @@ def _reply(url: str, status: int, content: bytes) -> Reply:
         return Reply(status, {"raw": f"{len(content)} bytes that are not JSON"})
 
 
-class HttpTransport:
+class _Traced:
+    """A transport's `call`: its `_call` in a span (when tracing)."""
+
+    async def call(self, url: str, method: str, path: str, *, token: str | None,
+                   json: Any = None, timeout: float, version: str | None = None) -> Reply:
+        with trace.zone_call(url, method, path):
+            return await self._call(url, method, path, token=token, json=json,
+                                    timeout=timeout, version=version)
+
+    async def _call(self, url: str, method: str, path: str, *, token: str | None,
+                    json: Any = None, timeout: float, version: str | None = None) -> Reply:
+        raise NotImplementedError
+
+
+class HttpTransport(_Traced):
     def __init__(self, max_connections: int = 64, *, lean: bool | None = None,
                  max_reply_bytes: int = MAX_REPLY_BYTES,
                  ssl_context: ssl.SSLContext | None = None) -> None:
@@ -133,12 +147,6 @@ class HttpTransport:
             lean = os.environ.get("STRATO_ZONE_HTTP", "lean") != "httpx"
         self._wire = wire.WireClient() if lean else None
         self.max_reply_bytes = max_reply_bytes
-
-    async def call(self, url: str, method: str, path: str, *, token: str | None,
-                   json: Any = None, timeout: float, version: str | None = None) -> Reply:
-        with trace.zone_call(url, method, path):
-            return await self._call(url, method, path, token=token, json=json,
-                                    timeout=timeout, version=version)
 
     async def _call(self, url: str, method: str, path: str, *, token: str | None,
                     json: Any = None, timeout: float, version: str | None = None) -> Reply:
@@ -255,7 +263,7 @@ def _capped_app(app: Any) -> Any:
     return capped
 
 
-class InProcessTransport:
+class InProcessTransport(_Traced):
     """Zones registered by URL (e.g. ``inproc://dfw``) and called in-process."""
 
     def __init__(self, *, max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
@@ -278,12 +286,6 @@ class InProcessTransport:
 
     def _matches(self, faults: Any, key: str, path: str) -> bool:
         return key in faults or f"{key} {path.split('?')[0]}" in faults
-
-    async def call(self, url: str, method: str, path: str, *, token: str | None,
-                   json: Any = None, timeout: float, version: str | None = None) -> Reply:
-        with trace.zone_call(url, method, path):
-            return await self._call(url, method, path, token=token, json=json,
-                                    timeout=timeout, version=version)
 
     async def _call(self, url: str, method: str, path: str, *, token: str | None,
                     json: Any = None, timeout: float, version: str | None = None) -> Reply:
