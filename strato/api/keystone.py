@@ -15,6 +15,7 @@ token (zone links and operators' tools), compared in constant time.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import threading
@@ -29,6 +30,7 @@ from strato.api.auth import Context, Unauthorized, _token
 from strato.model import errors
 
 REFUSED_SECONDS = 10.0
+MAX_VALIDATING = 8  # validations asked of Keystone at once, per process
 
 
 class KeystoneAuth:
@@ -53,6 +55,8 @@ class KeystoneAuth:
         self.max_cached = max_cached
         self._cache: OrderedDict[bytes, tuple[float, Context | None]] = OrderedDict()
         self._lock = threading.Lock()
+        self._pending: dict[bytes, asyncio.Future[tuple[Context | None, float]]] = {}
+        self._gate: asyncio.Semaphore | None = None
 
     def authenticate(self, headers: dict[str, str]) -> Context:
         """Synchronous form (a caller not on an event loop)."""
@@ -65,7 +69,22 @@ class KeystoneAuth:
         found = self._static(token) or self._cached(token)
         if found is not None:
             return found
-        return self._remember(token, await run_in_threadpool(self._validate, token))
+        # One validation per token at a time (concurrent requests with a new
+        # token wait for the same answer), and at most MAX_VALIDATING at once:
+        # a flood of made-up tokens cannot take every worker thread.
+        key = self._key(token)
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._validate_bounded(token))
+            self._pending[key] = pending
+            pending.add_done_callback(lambda _: self._pending.pop(key, None))
+        return self._remember(token, await asyncio.shield(pending))
+
+    async def _validate_bounded(self, token: str) -> tuple[Context | None, float]:
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(MAX_VALIDATING)
+        async with self._gate:
+            return await run_in_threadpool(self._validate, token)
 
     def _static(self, token: str) -> Context | None:
         if self._admin is not None and hmac.compare_digest(

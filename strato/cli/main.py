@@ -432,6 +432,14 @@ def serve(
         console.print(f"[red]invalid --sqlite-synchronous[/]: {sqlite_synchronous} "
                       "(FULL or NORMAL)")
         raise typer.Exit(2)
+    if audit_log and audit_log != "-":
+        where = Path(audit_log).expanduser().resolve()
+        if not where.parent.is_dir() or not os.access(where.parent, os.W_OK) or (
+                where.exists() and not os.access(where, os.W_OK)):
+            console.print(f"[red]invalid --audit-log[/]: cannot write {where} (make its "
+                          "directory, or give the user running strato the right to write "
+                          "there)", soft_wrap=True)
+            raise typer.Exit(2)
     try:
         tls = Tls.of(tls_cert, tls_key, tls_ca)
     except ValueError as exc:

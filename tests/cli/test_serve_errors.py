@@ -110,3 +110,19 @@ def test_serving_is_said_once_the_port_listens(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_bad_security_options_end_in_one_line(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'z.db'}"
+    for args, words in (
+            (["--audit-log", "/nonexistent/dir/audit.jsonl"], "invalid --audit-log"),
+            (["--tls-cert", str(tmp_path / "none.crt")], "--tls-cert and --tls-key go together"),
+            (["--tls-cert", str(tmp_path / "a"), "--tls-key", str(tmp_path / "b")],
+             "is not a readable file"),
+            (["--tls-ca", str(tmp_path / "ca")], "--tls-ca needs --tls-cert"),
+            (["--keystone-url", "http://127.0.0.1:9/v3"], "invalid Keystone options"),
+            (["--policy-file", str(tmp_path / "none.yaml")], "invalid --policy-file"),
+            (["--trace", "zipkin"], "invalid --trace")):
+        r = serve("--db", db, *args)
+        out = one_line(r)
+        assert r.returncode == 2 and words in out, (args, out)
