@@ -432,6 +432,12 @@ def serve(
         console.print(f"[red]invalid --sqlite-synchronous[/]: {sqlite_synchronous} "
                       "(FULL or NORMAL)")
         raise typer.Exit(2)
+    multiproc = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if multiproc and not (Path(multiproc).is_dir() and os.access(multiproc, os.W_OK)):
+        console.print(f"[red]invalid PROMETHEUS_MULTIPROC_DIR[/]: {multiproc} is not a "
+                      "writable directory (make it, empty, before each start; or unset it "
+                      "and strato serve --workers N makes its own)", soft_wrap=True)
+        raise typer.Exit(2)
     if audit_log and audit_log != "-":
         where = Path(audit_log).expanduser().resolve()
         if not where.parent.is_dir() or not os.access(where.parent, os.W_OK) or (

@@ -126,3 +126,7 @@ def test_bad_security_options_end_in_one_line(tmp_path: Path) -> None:
         r = serve("--db", db, *args)
         out = one_line(r)
         assert r.returncode == 2 and words in out, (args, out)
+    r = subprocess.run([sys.executable, "-m", "strato.cli.main", "serve", "--db", db],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": "/nonexistent/m"})
+    assert r.returncode == 2 and "invalid PROMETHEUS_MULTIPROC_DIR" in one_line(r)
