@@ -56,6 +56,15 @@ class ServerProcess:
             cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1], "--tls-ca", self.tls[2]]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=out, env={**os.environ})
+        try:
+            self._wait_ready(cmd, timeout)
+        except BaseException:
+            self.stop()  # never left running behind a failed start
+            raise
+        return self
+
+    def _wait_ready(self, cmd: list[str], timeout: float) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -63,11 +72,10 @@ class ServerProcess:
             try:
                 if httpx.get(self.url + "/", timeout=1.0,
                              **self.client_options()).status_code == 200:
-                    return self
+                    return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        self.stop()
         raise RuntimeError("server did not start in time")
 
     def kill(self) -> None:
