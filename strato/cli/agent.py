@@ -76,8 +76,12 @@ def agent(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     runner = Agent(settings)
-    log.info("agent for %s (%s) reporting to %s every %gs", settings.name, settings.uuid,
-             settings.zone_url, settings.interval)
+    if once:
+        log.info("agent for %s (%s) reporting once to %s", settings.name, settings.uuid,
+                 settings.zone_url)
+    else:
+        log.info("agent for %s (%s) reporting to %s every %gs", settings.name,
+                 settings.uuid, settings.zone_url, settings.interval)
     try:
         code = runner.run(stop, once=once)
     finally:
