@@ -148,15 +148,25 @@ def _merge(answer: dict[str, Any], provider: str, shared: dict[str, int], zone: 
 
 
 def remote_parts(answer: dict[str, Any]) -> list[dict[str, Any]]:
-    """The held parts of a split answer, per child: what to confirm or release."""
+    """The held parts of a split answer, per child: what to confirm or release
+    (placements on this zone's own providers are not among them: see
+    local_consumers)."""
     by_path: dict[str, list[str]] = defaultdict(list)
     for p in answer.get("placements", []):
         by_path[str(p["zone"])].append(str(p["consumer_uuid"]))
     parts = []
     for path, consumers in sorted(by_path.items()):
         segs = path.split("/")[1:]  # the first segment is this zone
-        parts.append({"child": segs[0], "path": segs[1:], "consumers": consumers})
+        if segs:
+            parts.append({"child": segs[0], "path": segs[1:], "consumers": consumers})
     return parts
+
+
+def local_consumers(answer: dict[str, Any]) -> list[str]:
+    """The consumers a split answer placed on this zone's own providers (their
+    zone path is this zone's name alone)."""
+    return [str(p["consumer_uuid"]) for p in answer.get("placements", [])
+            if "/" not in str(p["zone"])]
 
 
 async def _commit(tree: Router, consumers: list[str], answer: dict[str, Any],

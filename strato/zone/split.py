@@ -45,6 +45,8 @@ from strato.zone.attempt import Attempt, Health, Outcome, Result
 from strato.zone.prune import predicted_fit, prune_reason
 from strato.zone.scheduler import NoValidPlacement
 
+# The name of this zone's own providers when they take a share (zone/tree.py's LOCAL).
+OWN = ""
 # The level at which each child zone is its own domain.
 ZONE_LEVEL = "zone"
 # How explain names what the division itself found (not any one zone).
@@ -75,6 +77,8 @@ class Splitter(shared.Caller, Protocol):
 
     async def refresh(self, kids: Sequence[Child] | None = None, *, fresh: bool = False,
                       wait: float | None = None) -> None: ...
+
+    async def confirm_here(self, consumers: Sequence[str]) -> bool: ...
 
 
 def domain(child: Child, level: str, levels: Sequence[str] = DEFAULT_LEVELS) -> str | None:
@@ -492,9 +496,12 @@ def _skew(shares: Sequence[tuple[Child, int]], order: Sequence[tuple[Child, int]
 
 async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
                           outcomes: list[Outcome], attempt: Attempt | None,
-                          occ: Occupancy | None = None) -> dict[str, Any] | None:
+                          occ: Occupancy | None = None, own: Child | None = None
+                          ) -> dict[str, Any] | None:
     """`req` divided among the children (see the module's doc); None if it does
-    not apply or nothing (atomic: not everything) fits."""
+    not apply or nothing (atomic: not everything) fits. `own`: this zone's own
+    providers as one more share (named OWN: asked first, with no round trip),
+    when no rule above a child applies (their domains are per host, not one)."""
     n = len(req.consumers)
     if n < 2:
         return None
@@ -510,9 +517,11 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
         first = []
         cands = _candidates(tree, req, kids, first)
     outcomes += first
+    wide = wide_rules(req, kids)
+    if own is not None and not wide:
+        cands = [own, *cands]
     if not cands:
         return None
-    wide = wide_rules(req, kids)
     # Ask the fewest children the summaries say are enough (and one more),
     # then the rest only if their plans fall short: a gang of four over ten
     # cells asks five, not ten.
@@ -528,8 +537,10 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
         shares, relaxed = assign(req, counts, wide, occ)
     total = sum(c for _, c in shares)
     if not total or (req.atomic and total < n):
-        took = ", ".join(f"{k.name}: {c}" for k, c in shares) or "none"
-        why = f"the children could take {total} of {n} instance(s) together ({took})"
+        took = ", ".join(f"{_label(k)}: {c}" for k, c in shares) or "none"
+        who = ("this zone's own providers and its children" if any(k.name == OWN for k in cands)
+               else "the children")
+        why = f"{who} could take {total} of {n} instance(s) together ({took})"
         rules = _binding(req, counts, wide) if sum(c for _, c in counts) >= n else []
         if rules:
             # Room enough: a rule above the children is what made it impossible.
@@ -605,14 +616,23 @@ async def _claim(tree: Splitter, req: ScheduleRequest, split: list[tuple[Child, 
 
 async def _confirm(tree: Splitter, merged: dict[str, Any], attempt: Attempt) -> bool:
     """Confirm every held share: False if one had expired (404). A child that
-    does not answer raises ServiceUnavailable (the attempt is undone)."""
+    does not answer raises ServiceUnavailable (the attempt is undone). The
+    share on this zone's own providers is confirmed here, after the children's
+    (if one of theirs had expired, the attempt is undone, ours with it)."""
     parts = shared.remote_parts(merged)
     got = await asyncio.gather(*(shared.confirm_part(tree, part, attempt.deadline)
                                  for part in parts), return_exceptions=True)
     for g in got:
         if isinstance(g, BaseException):
             raise g  # not answered: the attempt is undone
-    return all(g != 404 for g in got)
+    if not all(g != 404 for g in got):
+        return False
+    here = shared.local_consumers(merged)
+    return not here or await tree.confirm_here(here)
+
+
+def _label(k: Child) -> str:
+    return "own providers" if k.name == OWN else k.name
 
 
 def _merge(tree: Splitter, req: ScheduleRequest, answers: Sequence[tuple[Child, dict[str, Any]]],

@@ -751,8 +751,10 @@ class ZoneTree:
             answer = await self._decide(req, pruned, retry, attempt, local=False)
             outcomes = [o for o in outcomes if o.outcome != Result.PRUNED] + retry
         if answer is None and len(req.consumers) > 1 and not outage(outcomes):
-            # No child takes it whole: divide it among several (zone/split.py).
-            answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ)
+            # No child takes it whole: divide it among several (zone/split.py),
+            # this zone's own providers among them.
+            own = self.own_child() if await self.has_providers() else None
+            answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ, own)
         elif answer is not None and not req.atomic and answer.get("unplaced"):
             answer = await self._place_rest(req, kids, answer, outcomes, attempt, occ)
         return answer, outcomes
@@ -764,6 +766,8 @@ class ZoneTree:
         """atomic=false: what one child left unplaced, asked of the others."""
         took = {str(p["zone"]).split("/")[1] for p in answer["placements"]
                 if "/" in str(p["zone"])}
+        # This zone's own providers too, unless they placed part of it already.
+        here = (not shared.local_consumers(answer) and await self.has_providers())
         others = [c for c in kids if c.name not in took]
         rest = req.model_copy(update={"consumers": list(answer["unplaced"])})
         wide = split.wide_rules(req, kids)
@@ -771,11 +775,12 @@ class ZoneTree:
             # What was just placed counts against the rules, as the members before.
             split.add_placements(occ, req, kids, wide, answer["placements"])
             others = split.allowed(req, others, wide, occ, set(), outcomes)
-        if not others:
+        if not others and not here:
             return answer
-        more = await self._decide(rest, others, outcomes, attempt, local=False)
+        more = await self._decide(rest, others, outcomes, attempt, local=here)
         if more is None and len(rest.consumers) > 1:
-            more = await split.schedule_across(self, rest, others, outcomes, attempt, occ)
+            more = await split.schedule_across(self, rest, others, outcomes, attempt, occ,
+                                               self.own_child() if here else None)
         if more is None:
             return answer
         if more.get("unplaced") and len(more["placements"]):
@@ -903,8 +908,23 @@ class ZoneTree:
 
     async def ask(self, child: Child, req: ScheduleRequest, attempt: Attempt | None,
                   share: float = 1.0) -> dict[str, Any] | Outcome:
-        """One schedule call to a child (see `_ask`), for zone/split.py."""
+        """One schedule call to a child (see `_ask`), or to this zone's own
+        providers for the child `own_child()`, for zone/split.py."""
+        if child.name == LOCAL:
+            return await self._run_local(req, attempt)
         return await self._ask(child, req, attempt, share)
+
+    def own_child(self) -> Child:
+        """This zone's own providers as a share of a divided request."""
+        return Child(name=LOCAL, url="", location_prefix=self.config.location_prefix,
+                     tags=tuple(self.config.tags), credential=None)
+
+    async def confirm_here(self, consumers: Sequence[str]) -> bool:
+        """Confirm holds on this zone's own providers: False if one had expired."""
+        def work() -> list[str]:
+            with self.db.write() as conn:
+                return provisional.confirm(conn, list(consumers))[1]
+        return not await run_in_threadpool(work)
 
     def prefixed(self, answer: dict[str, Any], child: str) -> dict[str, Any]:
         return self._prefixed(answer, child)

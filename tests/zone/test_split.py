@@ -393,3 +393,121 @@ def test_topology_spread_across_cells(tmp_path: Path) -> None:
         members = (await c.get("/strato/v1/groups/web")).json()["members"]
         assert sorted(m["location"].split("/")[0] for m in members) == ["s0", "s1", "s2", "s3"]
     run(tmp_path, scenario, zones=FOUR_CELLS, hosts=2)
+
+
+# -- this zone's own providers as one more share -----------------------------------------
+
+def own_used(tree: InProcessTree, zone: str = "global") -> int:
+    """VCPU used on `zone`'s own providers (not its children's)."""
+    return int(zt(tree, zone).local.summary()["classes"]["VCPU"]["used"])
+
+
+def with_own_hosts(scenario: Callable[[InProcessTree], Awaitable[None]]
+                   ) -> Callable[[InProcessTree], Awaitable[None]]:
+    """The root gets two 8-VCPU hosts of its own (its cells have two each)."""
+    async def wrapped(tree: InProcessTree) -> None:
+        for i in range(2):
+            await host(tree.client("global"), f"global-h{i}", f"global/room1/rack0/g{i}")
+        await zt(tree, "global").refresh(fresh=True)
+        await scenario(tree)
+    return wrapped
+
+
+def test_a_gang_takes_this_zones_own_hosts_and_its_cells_together(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = zt(tree, "global")
+        root.config.hold_ttl = 0.5  # held shares must be confirmed to outlive this
+        body = req(6)
+        r = await tree.client("global").post("/strato/v1/schedule", json=body)
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        zones = Counter(p["zone"].split("/")[1] if "/" in p["zone"] else "here"
+                        for p in answer["placements"])
+        assert zones == {"here": 2, "dfw": 2, "ord": 2}, answer["placements"]
+        await asyncio.sleep(0.8)
+        for name in ("global", "dfw", "ord"):
+            await zt(tree, name).recover()
+        assert own_used(tree) == 16
+        assert await used(tree, "dfw") + await used(tree, "ord") == 32
+        found = (await consumers_at(tree, "dfw") | await consumers_at(tree, "ord")
+                 | {p["consumer_uuid"] for p in answer["placements"] if "/" not in p["zone"]})
+        assert found == set(body["consumers"])
+        # A seventh whole host is nowhere: the refusal counts this zone's own.
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(2))
+        assert r.status_code == 409, r.text
+    run(tmp_path, with_own_hosts(scenario), hosts=2)
+
+
+def test_a_gang_larger_than_own_hosts_and_cells_says_what_each_could_take(tmp_path: Path
+                                                                          ) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(7))
+        assert r.status_code == 409, r.text
+        assert "could take 6 of 7" in r.text and "own providers: 2" in r.text, r.text
+        assert own_used(tree) == 0
+        assert await used(tree, "dfw") == 0 and await used(tree, "ord") == 0
+    run(tmp_path, with_own_hosts(scenario), hosts=2)
+
+
+def test_a_gang_whose_cell_fails_releases_this_zones_own_share(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = zt(tree, "global")
+        real_ask = root.ask
+
+        async def ask(child: Child, r: ScheduleRequest, attempt: Any, share: float = 1.0
+                      ) -> Any:
+            if child.name == "ord" and not r.dry_run and r.hold_ttl is not None:
+                tree.kill("ord")
+            return await real_ask(child, r, attempt, share)
+        root.ask = ask  # type: ignore[method-assign]
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(6))
+        assert r.status_code in (409, 503), r.text
+        assert own_used(tree) == 0
+        assert await used(tree, "dfw") == 0
+        tree.revive("ord")
+        await root.reconcile()
+        assert await used(tree, "ord") == 0
+    run(tmp_path, with_own_hosts(scenario), hosts=2)
+
+
+def test_a_cancel_undoes_the_share_on_this_zones_own_hosts(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        body = req(6, request_id="own-gang")
+        r = await tree.client("global").post("/strato/v1/schedule", json=body)
+        assert r.status_code == 200, r.text
+        r = await tree.client("global").post("/strato/v1/requests/cancel",
+                                             json={"request_id": "own-gang"})
+        assert r.status_code == 200, r.text
+        assert own_used(tree) == 0
+        assert await used(tree, "dfw") == 0 and await used(tree, "ord") == 0
+    run(tmp_path, with_own_hosts(scenario), hosts=2)
+
+
+def test_atomic_false_fills_own_hosts_and_cells(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        # One cell first takes what it can; the rest goes to the other cell and here.
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(1))
+        assert r.status_code == 200, r.text
+        body = req(7, atomic=False)
+        r = await tree.client("global").post("/strato/v1/schedule", json=body)
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        assert len(answer["placements"]) == 5 and len(answer["unplaced"]) == 2
+        assert own_used(tree) + await used(tree, "dfw") + await used(tree, "ord") == 48
+    run(tmp_path, with_own_hosts(scenario), hosts=2)
+
+
+def test_concurrent_duplicates_of_a_gang_over_own_hosts_place_it_once(tmp_path: Path
+                                                                      ) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        body = req(6, request_id="dup-own")
+        got = await asyncio.gather(*(tree.client("global").post("/strato/v1/schedule",
+                                                                json=body)
+                                     for _ in range(4)))
+        assert all(g.status_code in (200, 409) for g in got), [g.text for g in got]
+        ok = [g.json() for g in got if g.status_code == 200]
+        assert ok and all(sorted(map(str, a["placements"])) == sorted(
+            map(str, ok[0]["placements"])) for a in ok)
+        assert own_used(tree) == 16
+        assert await used(tree, "dfw") + await used(tree, "ord") == 32
+    run(tmp_path, with_own_hosts(scenario), hosts=2)
