@@ -69,7 +69,8 @@ class Router(Caller, Protocol):
     async def children(self) -> list[Child]: ...
 
     async def decide_children(self, req: ScheduleRequest, attempt: Attempt,
-                              outcomes: list[Outcome]) -> dict[str, Any] | None: ...
+                              outcomes: list[Outcome], kids: Sequence[Child] | None = None,
+                              occ: Any = None) -> dict[str, Any] | None: ...
 
     async def undo(self, request_id: str, *, placed: bool,
                    attempt: str | None = None) -> Any: ...
@@ -89,9 +90,12 @@ def shared_classes(tree: Router, req: ScheduleRequest) -> dict[str, int]:
 
 
 async def schedule_split(tree: Router, req: ScheduleRequest, attempt: Attempt,
-                         outcomes: list[Outcome]) -> dict[str, Any] | None:
-    """Place `req` across a local pool and the children, atomically; None if it
-    does not apply or nothing fits."""
+                         outcomes: list[Outcome], kids: Sequence[Child] | None = None,
+                         occ: Any = None) -> dict[str, Any] | None:
+    """Place `req` across a local pool and the children (`kids`, else all; one
+    child or, when none takes it whole, several: zone/split.py, `occ` the
+    group members its rules count), atomically; None if it does not apply or
+    nothing fits."""
     shared = shared_classes(tree, req)
     if not shared or len(shared) == len(req.groups[0].resources):
         return None
@@ -120,12 +124,18 @@ async def schedule_split(tree: Router, req: ScheduleRequest, attempt: Attempt,
                                         member_of=[*group.member_of, list(aggs)],
                                         in_tree=group.in_tree)],
             "hold_ttl": ttl, "dry_run": False})
-        answer = await tree.decide_children(sub, attempt, outcomes)
-        if answer is None:
+        answer = await tree.decide_children(sub, attempt, outcomes, kids, occ)
+        placed = {str(p["consumer_uuid"]) for p in (answer or {}).get("placements", [])}
+        if not placed:
             await run_in_threadpool(_release_local, tree, consumers)
             continue
+        # atomic=false: the consumers left unplaced below hold nothing here either.
+        left = [c for c in consumers if c not in placed]
+        if left:
+            await run_in_threadpool(_release_local, tree, left)
+        assert answer is not None
         merged = _merge(answer, provider, shared, tree.config.name)
-        if await _commit(tree, consumers, answer, attempt):
+        if await _commit(tree, [c for c in consumers if c in placed], answer, attempt):
             return merged
         # Some parts may have been confirmed before one was found expired:
         # cancel every part of this request, by part id, confirmed or not.

@@ -735,7 +735,7 @@ class ZoneTree:
         outcomes: list[Outcome] = []
         answer = None
         if attempt is not None and shared.shared_classes(self, req):
-            answer = await shared.schedule_split(self, req, attempt, outcomes)
+            answer = await shared.schedule_split(self, req, attempt, outcomes, kids, occ)
         divide = split.must_split(req, kids)
         if answer is None and not divide:
             answer = await self._decide(req, kids, outcomes, attempt)
@@ -761,13 +761,14 @@ class ZoneTree:
 
     async def _place_rest(self, req: ScheduleRequest, kids: Sequence[Child],
                           answer: dict[str, Any], outcomes: list[Outcome],
-                          attempt: Attempt | None, occ: split.Occupancy | None
-                          ) -> dict[str, Any]:
-        """atomic=false: what one child left unplaced, asked of the others."""
+                          attempt: Attempt | None, occ: split.Occupancy | None, *,
+                          own: bool = True) -> dict[str, Any]:
+        """atomic=false: what one child left unplaced, asked of the others (and
+        of this zone's own providers, with `own`)."""
         took = {str(p["zone"]).split("/")[1] for p in answer["placements"]
                 if "/" in str(p["zone"])}
         # This zone's own providers too, unless they placed part of it already.
-        here = (not shared.local_consumers(answer) and await self.has_providers())
+        here = own and not shared.local_consumers(answer) and await self.has_providers()
         others = [c for c in kids if c.name not in took]
         rest = req.model_copy(update={"consumers": list(answer["unplaced"])})
         wide = split.wide_rules(req, kids)
@@ -784,7 +785,8 @@ class ZoneTree:
         if more is None:
             return answer
         if more.get("unplaced") and len(more["placements"]):
-            more = await self._place_rest(rest, others, more, outcomes, attempt, occ)
+            more = await self._place_rest(rest, others, more, outcomes, attempt, occ,
+                                          own=own)
         return split.combine(answer, more)
 
     async def _refresh_due(self, kids: Sequence[Child]) -> None:
@@ -835,10 +837,22 @@ class ZoneTree:
         return {**answer, "zone_summary": await self.summary()}
 
     async def decide_children(self, req: ScheduleRequest, attempt: Attempt,
-                              outcomes: list[Outcome]) -> dict[str, Any] | None:
-        """Place `req` in the children only (not this zone's own providers)."""
-        kids = await self.children()
-        return await self._decide(req, kids, outcomes, attempt, local=False)
+                              outcomes: list[Outcome], kids: Sequence[Child] | None = None,
+                              occ: split.Occupancy | None = None) -> dict[str, Any] | None:
+        """Place `req` in the children only (not this zone's own providers): in
+        one, or divided among several when none takes it whole or a rule above
+        them says so (the shares held as `req` says: its caller confirms them)."""
+        if kids is None:
+            kids = await self.children()
+        answer = None
+        if not split.must_split(req, kids):
+            answer = await self._decide(req, kids, outcomes, attempt, local=False)
+        if answer is None and len(req.consumers) > 1 and not outage(outcomes):
+            answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ)
+        elif answer is not None and not req.atomic and answer.get("unplaced"):
+            answer = await self._place_rest(req, kids, answer, outcomes, attempt, occ,
+                                            own=False)
+        return answer
 
     async def _decide(self, req: ScheduleRequest, kids: Sequence[Child],
                       outcomes: list[Outcome], attempt: Attempt | None, *,

@@ -44,6 +44,8 @@ history lines that led to it:
   zone its answer named still holds it (parts elsewhere: placed_twice).
 * anti_affinity: two live members of a hard anti-affinity group share the
   failure domain at the group's level.
+* spread: more live instances of one request in one domain than its hard
+  topology spread rule's max_per_domain.
 * stray_allocation: a consumer no request of this run named.
 * inconsistent_read: GET /allocations/{consumer} and the providers'
   allocations disagree.
@@ -164,6 +166,7 @@ class Checker:
         self._requests()
         self._strays()
         self._anti_affinity()
+        self._spread_caps()
         if cross_check:
             self._cross_check()
         return self.violations
@@ -301,6 +304,37 @@ class Checker:
                                 if oreq is not req:
                                     self.violations[-1].history += oreq.lines()
                             seen.setdefault(domain, (consumer, req))
+
+    def _domain(self, zone: str, provider: str, level: str) -> str | None:
+        """The domain of a host at `level` (level `zone`: the root's child zone
+        it is under); None for a pool."""
+        host = self.cluster.hosts.get(provider)
+        if host is None:
+            return None
+        depth = LEVELS.index(level) + 1 if level in LEVELS else 0
+        return ("/".join(host.location.split("/")[:depth]) if depth
+                else self.cluster.zones[zone].path.split("/")[1])
+
+    def _spread_caps(self) -> None:
+        """A hard topology spread rule's max_per_domain: never more of one
+        request's live instances in one domain."""
+        for req in self.history.requests.values():
+            for rule in req.body.get("constraints", []):
+                most = rule.get("max_per_domain")
+                if rule.get("type") != "spread" or not rule.get("hard", True) or not most:
+                    continue
+                level = rule.get("level", "host")
+                count: dict[str, set[str]] = defaultdict(set)
+                for consumer in req.consumers:
+                    for zone, held in self.snap.held(consumer).items():
+                        for provider in held:
+                            d = self._domain(zone, provider, level)
+                            if d is not None:
+                                count[d].add(consumer)
+                for d, cs in count.items():
+                    if len(cs) > most:
+                        self._add("spread", f"{len(cs)} instances in {level} {d}, at most "
+                                  f"{most}", req, sorted(cs)[0], [])
 
     def _cross_check(self) -> None:
         """GET /allocations/{consumer} at each zone that should hold an

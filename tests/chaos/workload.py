@@ -166,7 +166,16 @@ class Workload:
         self.schedule(c, "gang", body, self._new_id(rng), who)
 
     def _spread(self, c: httpx.Client, rng: random.Random, who: str) -> None:
-        """Anti-affinity at level zone: one instance per mid zone (two), hard or soft."""
+        """Anti-affinity at level zone: one instance per mid zone (two), hard or
+        soft; or a topology spread (max skew 1, at most two per domain)."""
+        if rng.random() < 0.4:
+            level = rng.choice(["zone", "rack"])
+            body = self._body(rng, rng.randint(3, 4), {"VCPU": 1, "MEMORY_MB": 256},
+                              constraints=[{"type": "spread", "level": level, "max_skew": 1,
+                                            "max_per_domain": 2,
+                                            "hard": rng.random() < 0.7}])
+            self.schedule(c, "spread", body, self._new_id(rng), who)
+            return
         group = f"z{self.seed}-{rng.getrandbits(32):08x}"
         hard = rng.random() < 0.6
         body = self._body(rng, 2 if hard else rng.randint(2, 3),

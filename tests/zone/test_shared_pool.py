@@ -303,3 +303,98 @@ def test_a_cell_that_does_not_confirm_is_not_an_answer(tmp_path: Path) -> None:
         check(tree)
     run(tmp_path, scenario)
 
+
+
+# -- a pool here and compute divided among several cells ---------------------------------
+
+async def make_wide(tmp: Path) -> tuple[InProcessTree, str]:
+    """Both cells' hosts (two of 8 VCPU each) in the root pool's aggregate."""
+    tree = build(tmp, ZONES)
+    await tree.link()
+    pool = await provider(tree.client("global"), "disk-pool", {"DISK_GB": {"total": 1000}},
+                          traits=["MISC_SHARES_VIA_AGGREGATE"], aggs=[AGG])
+    for i in range(2):
+        for cell in ("c1", "c2"):
+            await provider(tree.client(cell), f"{cell}-h{i}", {"VCPU": {"total": 8}},
+                           aggs=[AGG])
+    await zone_tree(tree, "global").refresh(fresh=True)
+    return tree, pool
+
+
+def run_wide(tmp: Path, scenario: Callable[[InProcessTree, str], Awaitable[None]]) -> None:
+    async def main() -> None:
+        tree, pool = await make_wide(tmp)
+        try:
+            await scenario(tree, pool)
+        finally:
+            await tree.aclose()
+    asyncio.run(main())
+
+
+def hosts(n: int, *, atomic: bool = True) -> dict[str, Any]:
+    return {**body(n), "atomic": atomic,
+            "groups": [{"resources": {"VCPU": 8, "DISK_GB": 100}}]}
+
+
+async def pool_used(tree: InProcessTree, pool: str) -> int:
+    r = await tree.client("global").get(f"/resource_providers/{pool}/usages")
+    return int(r.json()["usages"]["DISK_GB"])
+
+
+def test_a_gang_with_a_pool_here_is_divided_among_cells(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root = zone_tree(tree, "global")
+        root.config.hold_ttl = 0.5  # what was not confirmed is gone after this
+        b = hosts(3)
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 200, r.text
+        cells = sorted(p["zone"] for p in r.json()["placements"])
+        assert len(set(cells)) == 2, cells
+        await asyncio.sleep(0.8)
+        for name in ("global", "c1", "c2"):
+            await zone_tree(tree, name).recover()
+        assert await pool_used(tree, pool) == 300
+        for p in r.json()["placements"]:
+            cell = p["zone"].split("/")[1]
+            assert own_allocations(tree, cell, p["consumer_uuid"]), p
+            assert pool in own_allocations(tree, "global", p["consumer_uuid"])
+    run_wide(tmp_path, scenario)
+
+
+def test_atomic_false_with_a_pool_holds_nothing_for_the_unplaced(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        b = hosts(6, atomic=False)
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        assert len(answer["placements"]) == 4 and len(answer["unplaced"]) == 2
+        for name in ("global", "c1", "c2"):
+            await zone_tree(tree, name).recover()
+        assert await pool_used(tree, pool) == 400
+        for c in answer["unplaced"]:
+            assert not own_allocations(tree, "global", c)
+    run_wide(tmp_path, scenario)
+
+
+def test_a_divided_gang_with_a_pool_whose_cell_dies_holds_nothing(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root = zone_tree(tree, "global")
+        real_ask = root.ask
+
+        async def ask(child: Any, r: ScheduleRequest, attempt: Any, share: float = 1.0
+                      ) -> Any:
+            if child.name == "c2" and not r.dry_run:
+                tree.kill("c2")
+            return await real_ask(child, r, attempt, share)
+        root.ask = ask  # type: ignore[method-assign]
+        b = hosts(3)
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code in (409, 503), r.text
+        assert await pool_used(tree, pool) == 0
+        for c in b["consumers"]:
+            assert not own_allocations(tree, "c1", c)
+        tree.revive("c2")
+        await root.reconcile()
+        for c in b["consumers"]:
+            assert not own_allocations(tree, "c2", c)
+    run_wide(tmp_path, scenario)
