@@ -185,6 +185,13 @@ class Workload:
         self.schedule(c, "spread", body, self._new_id(rng), who)
 
     def _pool_disk(self, c: httpx.Client, rng: random.Random, who: str) -> None:
+        if rng.random() < 0.3:
+            # Whole hosts with the root's disk: divided among cells, the pool's
+            # part held at the root (all or nothing, or what fits).
+            body = self._body(rng, rng.randint(3, 5), {"VCPU": 8, "DISK_GB": 20},
+                              atomic=rng.random() < 0.5)
+            self.schedule(c, "pool_disk", body, self._new_id(rng), who)
+            return
         body = self._body(rng, rng.choice([1, 1, 2]),
                           {"VCPU": 1, "DISK_GB": rng.choice([10, 20, 40])})
         self.schedule(c, "pool_disk", body, self._new_id(rng), who)
