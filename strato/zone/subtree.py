@@ -394,7 +394,12 @@ async def candidates(tree: Tree, own: dict[str, Any], query: str, version: str,
         bounds = {c.name: _child_bound(tree, c.name, demand, scorer) for c in kids}
         order = sorted((c for c in kids if bounds[c.name] > NO_ROOM),
                        key=lambda c: (-bounds[c.name], c.name))
-        waves = [order[i:i + WAVE] for i in range(0, len(order), WAVE)]
+        # The best child alone first: when its candidates already score what
+        # any other could (the usual case in a tree of alike cells), no other
+        # is asked; otherwise the rest follow, WAVE at a time.
+        waves = [order[:FIRST_WAVE]] + [order[i:i + WAVE]
+                                        for i in range(FIRST_WAVE, len(order), WAVE)]
+        waves = [w for w in waves if w]
     ranked: list[tuple[float, int, int, dict[str, Any]]] = []
     for w, wave in enumerate(waves):
         answers, lacking = await _ask_all(tree, path, _Candidates, "allocation candidates",
@@ -431,7 +436,9 @@ async def candidates(tree: Tree, own: dict[str, Any], query: str, version: str,
             "provider_summaries": summaries_out}, missing
 
 
-# Children asked at once while merging candidates best bound first.
+# Children asked at once while merging candidates best bound first (the
+# first wave, then each later one).
+FIRST_WAVE = 1
 WAVE = 2
 NO_ROOM = -1.0
 

@@ -379,15 +379,16 @@ def test_candidates_ask_only_the_cells_that_can_rank(tmp_path: Path) -> None:
                 calls.append(url)
             return await real(url, method, path, **kw)
         tree.transport.call = counted  # type: ignore[method-assign]
-        wave, st.WAVE = st.WAVE, 1
-        try:
-            r = await root.get("/allocation_candidates?resources=VCPU:2&limit=3")
-            assert len(r.json()["allocation_requests"]) == 3
-            assert len(calls) == 1
-            calls.clear()
-            # Without a limit every cell is asked (all candidates are wanted).
-            r = await root.get("/allocation_candidates?resources=VCPU:2")
-            assert len(r.json()["allocation_requests"]) == 8 and len(calls) == 2
-        finally:
-            st.WAVE = wave
+        assert st.FIRST_WAVE == 1
+        r = await root.get("/allocation_candidates?resources=VCPU:2&limit=3")
+        assert len(r.json()["allocation_requests"]) == 3
+        assert len(calls) == 1
+        calls.clear()
+        # More than the first cell holds: the next is asked too.
+        r = await root.get("/allocation_candidates?resources=VCPU:2&limit=6")
+        assert len(r.json()["allocation_requests"]) == 6 and len(calls) == 2
+        calls.clear()
+        # Without a limit every cell is asked (all candidates are wanted).
+        r = await root.get("/allocation_candidates?resources=VCPU:2")
+        assert len(r.json()["allocation_requests"]) == 8 and len(calls) == 2
     run(tmp_path, scenario)
