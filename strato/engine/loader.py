@@ -13,6 +13,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from strato.engine.index import EMPTY
 from strato.engine.records import InventoryRecord, ProviderRecord
 from strato.store.schema import (
     allocations,
@@ -68,13 +69,20 @@ def load_records(conn: Connection, uuids: Iterable[str] | None = None) -> list[P
     rpa, agg = resource_provider_aggregates, placement_aggregates
     agg_map = _names(conn, ids, rpa.c.resource_provider_id, agg.c.uuid,
                      rpa.join(agg, agg.c.id == rpa.c.aggregate_id))
+    # Providers mostly share a few sets of traits and aggregates: one object
+    # per distinct set (about 200 bytes a provider each, otherwise).
+    sets: dict[frozenset[str], frozenset[str]] = {EMPTY: EMPTY}
+
+    def shared(names: Iterable[str]) -> frozenset[str]:
+        s = frozenset(names)
+        return sets.setdefault(s, s)
     out: list[ProviderRecord] = []
     for pid, uuid, parent_uuid, root_uuid in rows:
         out.append(ProviderRecord(
             uuid=uuid, parent_uuid=parent_uuid, root_uuid=root_uuid or uuid,
             inventories=invs.get(pid, {}), used=usage.get(pid, {}),
-            traits=frozenset(trait_map.get(pid, ())),
-            aggregates=frozenset(agg_map.get(pid, ()))))
+            traits=shared(trait_map.get(pid, ())),
+            aggregates=shared(agg_map.get(pid, ()))))
     return out
 
 
