@@ -230,13 +230,14 @@ class Server:
         return int(psutil.Process(self.proc.pid).memory_info().rss)
 
 
-def http_latencies(url: str, query: str, n: int, clients: int) -> list[float]:
+def http_latencies(url: str, query: str, n: int, clients: int,
+                   path: str = "/allocation_candidates") -> list[float]:
     def run(k: int) -> list[float]:
         with httpx.Client(base_url=url, headers=HEADERS, timeout=300) as c:
             out = []
             for _ in range(k):
                 t = time.perf_counter()
-                r = c.get(f"/allocation_candidates?{query}")
+                r = c.get(f"{path}?{query}" if query else path)
                 out.append(time.perf_counter() - t)
                 assert r.status_code == 200, r.text
             return out
@@ -260,6 +261,19 @@ def over_http(url: str, queries: dict[str, str], reps: dict[str, int], clients: 
         out[name] = {"sequential": summary_ms(http_latencies(url, q, reps[name], 1)),
                      f"concurrent_{clients}": summary_ms(
                          http_latencies(url, q, reps[name], clients))}
+    # The floor: the same server's cheapest route (`GET /`, the version
+    # document) with the same client, taking turns with limit10 so that both
+    # see the same machine (issue 18: candidates within 1.5x of it at 10,000
+    # hosts, 3x at 100,000).
+    floor: list[float] = []
+    cands: list[float] = []
+    for _ in range(4):
+        floor += http_latencies(url, "", reps["limit10"] // 4, 1, path="/")
+        cands += http_latencies(url, queries["limit10"], reps["limit10"] // 4, 1)
+    out["floor"] = {"get_root": summary_ms(floor), "limit10": summary_ms(cands)}
+    out["floor"]["ratio"] = (round(out["floor"]["limit10"]["p50"]
+                                   / out["floor"]["get_root"]["p50"], 2)
+                             if out["floor"]["get_root"]["p50"] else None)
     return out
 
 
@@ -450,6 +464,13 @@ def print_table(results: list[dict[str, Any]], clients: int) -> None:
                   f"{s['p99']:>8.2f} {c['p50']:>8.2f} {c['p99']:>8.2f}")
         print(f"{r['hosts']:>7} server RSS {r['server_rss_mib']} MiB, index load "
               f"{r['engine']['load_s']} s, {r['provider_rows']} provider rows")
+        f = r["http"].get("floor")
+        if f:
+            goal = 1.5 if r["hosts"] <= 10_000 else 3.0
+            print(f"{r['hosts']:>7} limit10 p50 {f['limit10']['p50']:.2f} ms against the "
+                  f"server's GET / p50 {f['get_root']['p50']:.2f} ms, taking turns: "
+                  f"x{f['ratio']} (goal <= x{goal}: "
+                  f"{'met' if f['ratio'] is not None and f['ratio'] <= goal else 'not met'})")
     print("(milliseconds; engine: Engine.query with its freshness check, pure: the "
           "candidate computation alone; http: sequential, then "
           f"{clients} concurrent clients)")
