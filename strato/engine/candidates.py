@@ -64,6 +64,9 @@ EPS = 1e-9
 # nodes x 8 devices x 4 groups is 4,096 combinations).
 MAX_COMBINATIONS = 100_000
 MAX_PER_TREE = 10_000
+# What a request may examine on an event loop (about 20 ms) before it is moved
+# to a worker thread: the scheduler's plans, and candidates with a limit.
+INLINE_COMBINATIONS = 1_000
 
 
 class TooBig(Exception):

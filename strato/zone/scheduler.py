@@ -44,9 +44,9 @@ from strato.store import meta as meta_store
 from strato.store.allocations import ConsumerClaim, claim
 from strato.zone.summary import own_summary
 
-# Combinations a plan may examine on the event loop (about 20 ms) before it is
-# moved to a worker thread.
-INLINE_COMBINATIONS = 1_000
+# Combinations a plan may examine on the event loop before it is moved to a
+# worker thread (engine/candidates.py).
+INLINE_COMBINATIONS = builder.INLINE_COMBINATIONS
 
 NO_VALID_PLACEMENT = "strato.no_valid_placement"
 MAX_CLAIM_RETRIES = 8

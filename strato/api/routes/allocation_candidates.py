@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -44,6 +45,7 @@ from strato.api.microversion import (
 )
 from strato.api.responses import cache_headers, json_response
 from strato.engine import CandidateRequest, CandidateResult, Engine, EngineConfig, RequestGroup
+from strato.engine.candidates import INLINE_COMBINATIONS, Budget, TooBig, budget
 from strato.engine.hosts import STALE_TTL_S, HostView
 from strato.engine.request import GroupPolicy
 from strato.model import errors
@@ -118,10 +120,39 @@ def stale_providers(request: Request) -> StaleProviders | None:
 
 
 @router.get("/allocation_candidates")
-def list_allocation_candidates(request: Request) -> Response:
+async def list_allocation_candidates(request: Request) -> Response:
     v = require(request, V1_10)
     deps.authorize(request, "placement:allocation_candidates:list")
     parsed = parse_request(request.query_params.multi_items(), v)
+    if _inline(request, parsed):
+        # A query with a limit on a loaded index is answered on the event loop
+        # (no hand-off to a worker thread), as the scheduler plans: one that
+        # would examine more than INLINE_COMBINATIONS combinations of nested
+        # providers is answered again in a worker thread instead.
+        try:
+            with budget(Budget(INLINE_COMBINATIONS, escalate=True)):
+                return _answer(request, parsed, v)
+        except TooBig:
+            pass
+    return await run_in_threadpool(_answer, request, parsed, v)
+
+
+# A limit up to this is cheap to answer (the engine keeps the best `limit`).
+INLINE_LIMIT = 1000
+
+
+def _inline(request: Request, parsed: CandidateRequest) -> bool:
+    """On the event loop: SQLite with one planner (as zone/scheduler.py's
+    plans_inline), the index already loaded, and a limit."""
+    state = request.app.state
+    engine: Engine | None = getattr(state, "engine", None)
+    scheduler = getattr(state, "scheduler", None)
+    return (engine is not None and engine.loaded and scheduler is not None
+            and bool(getattr(scheduler, "plans_inline", False))
+            and parsed.limit is not None and parsed.limit <= INLINE_LIMIT)
+
+
+def _answer(request: Request, parsed: CandidateRequest, v: Version) -> Response:
     engine = get_engine(request)
     rcs = {rc for g in parsed.groups for rc in g.resource_classes}
     trait_names = {t for g in parsed.groups for anyof in g.required for t in anyof}
