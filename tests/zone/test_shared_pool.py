@@ -64,9 +64,10 @@ def body(n: int = 1, disk: int = 100) -> dict[str, Any]:
             "user_id": "u", "groups": [{"resources": {"VCPU": 1, "DISK_GB": disk}}]}
 
 
-def run(tmp: Path, scenario: Callable[[InProcessTree, str], Awaitable[None]]) -> None:
+def run(tmp: Path, scenario: Callable[[InProcessTree, str], Awaitable[None]],
+        maker: Callable[[Path], Awaitable[tuple[InProcessTree, str]]] | None = None) -> None:
     async def main() -> None:
-        tree, pool = await make(tmp)
+        tree, pool = await (maker or make)(tmp)
         try:
             await scenario(tree, pool)
         finally:
@@ -322,13 +323,7 @@ async def make_wide(tmp: Path) -> tuple[InProcessTree, str]:
 
 
 def run_wide(tmp: Path, scenario: Callable[[InProcessTree, str], Awaitable[None]]) -> None:
-    async def main() -> None:
-        tree, pool = await make_wide(tmp)
-        try:
-            await scenario(tree, pool)
-        finally:
-            await tree.aclose()
-    asyncio.run(main())
+    run(tmp, scenario, make_wide)
 
 
 def hosts(n: int, *, atomic: bool = True) -> dict[str, Any]:
@@ -386,7 +381,7 @@ def test_a_divided_gang_with_a_pool_whose_cell_dies_holds_nothing(tmp_path: Path
             if child.name == "c2" and not r.dry_run:
                 tree.kill("c2")
             return await real_ask(child, r, attempt, share)
-        root.ask = ask  # type: ignore[method-assign]
+        root.ask = ask  # type: ignore[method-assign,assignment]
         b = hosts(3)
         r = await tree.client("global").post("/strato/v1/schedule", json=b)
         assert r.status_code in (409, 503), r.text

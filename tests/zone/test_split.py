@@ -196,7 +196,7 @@ def test_a_gang_whose_second_cell_does_not_answer_leaves_nothing_held(tmp_path: 
             if child.name == "ord" and not r.dry_run and r.hold_ttl is not None:
                 tree.kill("ord")
             return await real_ask(child, r, attempt, share)
-        root.ask = ask  # type: ignore[method-assign]
+        root.ask = ask  # type: ignore[method-assign,assignment]
         body = req(6)
         r = await tree.client("global").post("/strato/v1/schedule", json=body)
         assert r.status_code in (409, 503), r.text
@@ -459,7 +459,7 @@ def test_a_gang_whose_cell_fails_releases_this_zones_own_share(tmp_path: Path) -
             if child.name == "ord" and not r.dry_run and r.hold_ttl is not None:
                 tree.kill("ord")
             return await real_ask(child, r, attempt, share)
-        root.ask = ask  # type: ignore[method-assign]
+        root.ask = ask  # type: ignore[method-assign,assignment]
         r = await tree.client("global").post("/strato/v1/schedule", json=req(6))
         assert r.status_code in (409, 503), r.text
         assert own_used(tree) == 0
