@@ -16,6 +16,13 @@ site), so rack-level anti-affinity is meaningful. Then start `strato serve`
   rule stays satisfiable (a group never needs more racks than there are);
 * `dry_run`: as `plain` with `dry_run: true`, nothing claimed: what planning
   alone costs, to tell it from the claim's write transaction.
+* `mixed` (issue 18): each request one of 20 shapes drawn at random (sizes,
+  required and forbidden traits, aggregates, two granular groups, `isolate`
+  over NUMA nodes, several instances atomic or not, anti-affinity and
+  affinity, topology spread, the pack weigher), and after a placement, one
+  time in three, an earlier placement released (`DELETE /allocations/{c}`),
+  so that about a third of what is placed is freed during the run. Its rate
+  is compared with `plain`'s in the same run (goal: at least 70%).
 
 A run stops after `--requests` calls or `--run-seconds`, whichever comes first,
 so 100,000 hosts finish in bounded time; the table says how many were made.
@@ -42,6 +49,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import sys
 import tempfile
 import threading
@@ -59,7 +67,7 @@ import httpx
 import sqlalchemy as sa
 
 from benchmarks.candidates import load_specs
-from benchmarks.spec import ProviderSpec, make_specs
+from benchmarks.spec import TRAIT, ProviderSpec, aggregate_uuids, make_specs
 from strato.process import ServerProcess
 from strato.store.db import Database
 from strato.store.schema import provider_meta, resource_providers
@@ -117,11 +125,13 @@ class Run:
     refused: dict[str, int] = field(default_factory=dict)  # error code -> count
     retries: int = 0
     latencies: list[float] = field(default_factory=list)
+    released: int = 0
     seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def summary(self) -> dict[str, Any]:
         return {"requests": len(self.latencies), "placed": self.placed,
+                "released": self.released,
                 "refused": dict(self.refused), "retries": self.retries,
                 "seconds": round(self.seconds, 3),
                 "placements_per_s": round(self.placed / self.seconds, 1) if self.seconds
@@ -156,14 +166,76 @@ class KeepAlive:
         data = r.read()
         return r.status, json.loads(data) if data else None
 
+    def delete(self, path: str) -> int:
+        self.conn.request("DELETE", path, headers=self.headers)
+        r = self.conn.getresponse()
+        r.read()
+        return r.status
+
     def close(self) -> None:
         self.conn.close()
 
 
+def mixed_shapes(aggregates: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The 20 request shapes of the `mixed` mode: (name, body without consumers).
+    `n` in a body is its instance count; groups for rules are added per request."""
+    a0, a1 = aggregates[0], aggregates[1]
+    small = {"VCPU": 1, "MEMORY_MB": 1024}
+    return [
+        ("small", {"groups": [{"resources": small}]}),
+        ("medium", {"groups": [{"resources": {"VCPU": 4, "MEMORY_MB": 8192}}]}),
+        ("large", {"groups": [{"resources": {"VCPU": 8, "MEMORY_MB": 32768,
+                                             "DISK_GB": 100}}]}),
+        ("disk", {"groups": [{"resources": {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 20}}]}),
+        ("avx2", {"groups": [{"resources": {"VCPU": 2, "MEMORY_MB": 2048},
+                              "required": [TRAIT]}]}),
+        ("no_avx2", {"groups": [{"resources": small, "required": [f"!{TRAIT}"]}]}),
+        ("aggregate", {"groups": [{"resources": small, "member_of": [[a0]]}]}),
+        ("any_aggregate", {"groups": [{"resources": small, "member_of": [[a0, a1]]}]}),
+        ("granular", {"groups": [{"resources": small, "suffix": "1"},
+                                 {"resources": {"DISK_GB": 10}, "suffix": "2"}],
+                      "group_policy": "none"}),
+        ("isolate_numa", {"groups": [{"resources": {"VCPU": 1}, "suffix": "1"},
+                                     {"resources": {"VCPU": 1}, "suffix": "2"}],
+                          "group_policy": "isolate"}),
+        ("three", {"n": 3, "groups": [{"resources": small}]}),
+        ("four_partial", {"n": 4, "atomic": False, "groups": [{"resources": small}]}),
+        ("anti_rack", {"n": 2, "groups": [{"resources": small}],
+                       "constraints": [{"type": "anti_affinity", "level": "rack"}]}),
+        ("anti_host_soft", {"n": 3, "groups": [{"resources": small}],
+                            "constraints": [{"type": "anti_affinity", "level": "host",
+                                             "hard": False}]}),
+        ("affinity_rack", {"n": 2, "groups": [{"resources": small}],
+                           "constraints": [{"type": "affinity", "level": "rack"}]}),
+        ("spread_rack", {"n": 4, "groups": [{"resources": small}],
+                         "constraints": [{"type": "spread", "level": "rack",
+                                          "max_skew": 1}]}),
+        ("spread_room_cap", {"n": 3, "groups": [{"resources": small}],
+                             "constraints": [{"type": "spread", "level": "room",
+                                              "max_per_domain": 2}]}),
+        ("pack", {"groups": [{"resources": {"VCPU": 2, "MEMORY_MB": 2048}}],
+                  "weigher": {"name": "pack"}}),
+        ("nested_mix", {"groups": [{"resources": {"VCPU": 2, "MEMORY_MB": 4096,
+                                                  "DISK_GB": 50}}]}),
+        ("wide_memory", {"groups": [{"resources": {"VCPU": 1, "MEMORY_MB": 65536}}]}),
+    ]
+
+
+def mixed_body(shape: dict[str, Any], tag: str) -> dict[str, Any]:
+    out = {k: v for k, v in shape.items() if k != "n"}
+    out.update({"consumers": [str(uuid.uuid4()) for _ in range(int(shape.get("n", 1)))],
+                "project_id": "bench", "user_id": "bench"})
+    if any(c["type"] in ("anti_affinity", "affinity") for c in out.get("constraints", [])):
+        out["group"] = tag  # a new server group per request: always satisfiable
+    return out
+
+
 def schedule_run(url: str, requests: int, clients: int, *, mode: str, group_size: int,
-                 tag: str, seconds: float) -> Run:
-    """Up to `requests` schedule calls spread over `clients` threads, one consumer each;
-    clients stop early after `seconds` so that slow sizes finish."""
+                 tag: str, seconds: float, shapes: Sequence[tuple[str, dict[str, Any]]] = ()
+                 ) -> Run:
+    """Up to `requests` schedule calls spread over `clients` threads, one consumer each
+    (`mixed`: a shape of `shapes` each, and releases); clients stop early after
+    `seconds` so that slow sizes finish."""
     run = Run()
     rule = {"type": "anti_affinity", "level": "rack"} if mode == "anti_affinity" else None
     start = threading.Barrier(clients)
@@ -171,25 +243,44 @@ def schedule_run(url: str, requests: int, clients: int, *, mode: str, group_size
 
     def client(k: int, share: int) -> None:
         c = KeepAlive(url)
+        rng = random.Random(f"{tag}-{k}")
+        placed: list[list[str]] = []
         try:
             start.wait()
             for i in range(share):
                 if time.perf_counter() > deadline[0]:
                     return
                 group = f"{tag}-c{k}-g{i // group_size}" if rule else None
-                req = body(rule, group)
+                name = None
+                if mode == "mixed":
+                    name, shape = rng.choice(shapes)
+                    req = mixed_body(shape, f"{tag}-c{k}-{i}")
+                else:
+                    req = body(rule, group)
                 if mode == "dry_run":
                     req["dry_run"] = True
                 t = time.perf_counter()
                 status, answer = c.post("/strato/v1/schedule", req)
                 dt = time.perf_counter() - t
+                if mode == "mixed" and status == 200:
+                    placed.append([p["consumer_uuid"] for p in answer["placements"]])
+                    if rng.random() < 1 / 3 and placed:
+                        # Free an earlier placement (a third of what is placed).
+                        for consumer in placed.pop(rng.randrange(len(placed))):
+                            gone = c.delete(f"/allocations/{consumer}")
+                            if gone not in (204, 404):
+                                raise RuntimeError(f"release: {gone}")
+                        with run.lock:
+                            run.released += 1
                 with run.lock:
                     run.latencies.append(dt)
                     if status == 200:
-                        run.placed += 1
+                        run.placed += len(answer["placements"])
                         run.retries += int(answer["retries"])
                     elif status == 409:
                         code = str(answer["errors"][0]["code"])
+                        if name is not None:
+                            code = f"{name}: {code}"  # which shapes were refused
                         run.refused[code] = run.refused.get(code, 0) + 1
                     else:
                         raise RuntimeError(f"schedule: {status} {str(answer)[:500]}")
@@ -224,6 +315,7 @@ def strato_size(n: int, specs: Sequence[ProviderSpec], args: argparse.Namespace
                 assert r.status_code == 200, r.text
                 out["first_request_s"] = round(time.perf_counter() - t, 3)
             runs = []
+            shapes = mixed_shapes(aggregate_uuids(10, args.seed))
             for clients in args.clients:
                 for mode in args.modes:
                     requests = args.requests if clients > 1 else args.requests // 2
@@ -231,10 +323,10 @@ def strato_size(n: int, specs: Sequence[ProviderSpec], args: argparse.Namespace
                          f"requests or {args.run_seconds:g} s")
                     schedule_run(server.url, min(2 * clients, requests), clients, mode=mode,
                                  group_size=args.group_size, tag=f"warm{clients}{mode}",
-                                 seconds=args.run_seconds)
+                                 seconds=args.run_seconds, shapes=shapes)
                     run = schedule_run(server.url, requests, clients, mode=mode,
                                        group_size=args.group_size, tag=f"b{clients}{mode}",
-                                       seconds=args.run_seconds)
+                                       seconds=args.run_seconds, shapes=shapes)
                     runs.append({"clients": clients, "mode": mode, **run.summary()})
             out["runs"] = runs
         finally:
@@ -312,6 +404,13 @@ def verdicts(results: list[dict[str, Any]]) -> list[str]:
             out.append(f"10,000 hosts, 8 clients, hard rack anti-affinity: {rate:.0f} "
                        f"placements/s (target 300): "
                        f"{'met' if rate >= TARGETS['anti_affinity_per_s'] else 'MISSED'}")
+        for clients in sorted({x["clients"] for x in r["strato"]["runs"]}):
+            mixed, one = by.get((clients, "mixed")), by.get((clients, "plain"))
+            if mixed and one and one["placements_per_s"]:
+                share = mixed["placements_per_s"] / one["placements_per_s"]
+                out.append(f"10,000 hosts, {clients} client(s), 20 shapes with releases: "
+                           f"{mixed['placements_per_s']:.0f} placements/s, {share:.0%} of "
+                           f"plain's (target 70%): {'met' if share >= 0.7 else 'MISSED'}")
         peer = {x["clients"]: x for x in r.get("placement", {}).get("runs", [])}
         if plain and 8 in peer and peer[8]["placements_per_s"]:
             ratio = plain["placements_per_s"] / peer[8]["placements_per_s"]
@@ -350,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="schedule calls per run with several clients (half with one)")
     ap.add_argument("--run-seconds", type=float, default=30.0,
                     help="stop a run after this long even if requests remain")
-    ap.add_argument("--modes", default="plain,anti_affinity,dry_run",
+    ap.add_argument("--modes", default="plain,anti_affinity,dry_run,mixed",
                     help="plain, anti_affinity (hard, rack level) and dry_run (plain, "
                     "nothing claimed: the planning cost alone)")
     ap.add_argument("--group-size", type=int, default=20,
@@ -366,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.clients = [int(c) for c in str(args.clients).split(",") if c]
     args.modes = [m for m in args.modes.split(",") if m]
-    if set(args.modes) - {"plain", "anti_affinity", "dry_run"}:
+    if set(args.modes) - {"plain", "anti_affinity", "dry_run", "mixed"}:
         raise SystemExit(f"--modes: unknown mode in {args.modes}")
     sizes = [int(s) for s in args.sizes.split(",") if s]
     results = []
