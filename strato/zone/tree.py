@@ -767,11 +767,13 @@ class ZoneTree:
         of this zone's own providers, with `own`)."""
         took = {str(p["zone"]).split("/")[1] for p in answer["placements"]
                 if "/" in str(p["zone"])}
-        # This zone's own providers too, unless they placed part of it already.
-        here = own and not shared.local_consumers(answer) and await self.has_providers()
         others = [c for c in kids if c.name not in took]
         rest = req.model_copy(update={"consumers": list(answer["unplaced"])})
         wide = split.wide_rules(req, kids)
+        # This zone's own providers too, unless they placed part of it already
+        # or a rule above the children applies (they are not one of its domains).
+        here = (own and not wide and not shared.local_consumers(answer)
+                and await self.has_providers())
         if occ is not None and wide:
             # What was just placed counts against the rules, as the members before.
             split.add_placements(occ, req, kids, wide, answer["placements"])
