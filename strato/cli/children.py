@@ -18,7 +18,7 @@ from rich.table import Table
 from strato.cli.schedule import JSON, TOKEN, URL
 
 children_app = typer.Typer(help="A zone's child zones: list, add, remove.",
-                           no_args_is_help=True)
+                           no_args_is_help=True, rich_markup_mode=None)
 err = Console(stderr=True)
 
 

@@ -153,7 +153,8 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-config_app = typer.Typer(help="A zone's configuration file.", no_args_is_help=True)
+config_app = typer.Typer(help="A zone's configuration file.", no_args_is_help=True,
+                         rich_markup_mode=None)
 
 
 @config_app.command("show")

@@ -21,9 +21,12 @@ from strato.model.location import LocationError, canonical_location, canonical_t
 from strato.store.db import Database, default_sqlite_url
 from strato.tls import Tls
 
+# Click's plain help, not Typer's rich panels: those cut long option names
+# ("--summary-interv…") at 80 columns.
 app = typer.Typer(help="Strato: distributed, hierarchical resource scheduler and placement "
-                       "service.", no_args_is_help=True)
-db_app = typer.Typer(help="Database schema management.", no_args_is_help=True)
+                       "service.", no_args_is_help=True, rich_markup_mode=None)
+db_app = typer.Typer(help="Database schema management.", no_args_is_help=True,
+                     rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 console = Console(stderr=True)
 

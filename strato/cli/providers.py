@@ -25,7 +25,7 @@ from strato.cli.schedule import JSON, TOKEN, URL
 
 providers_app = typer.Typer(
     help="A zone's providers: list (the default), add, set, delete.",
-    invoke_without_command=True)
+    invoke_without_command=True, rich_markup_mode=None)
 err = Console(stderr=True)
 # The microversion these commands speak: 1.20 returns the provider on create,
 # 1.39 is the newest the engine implements and what Nova uses.
