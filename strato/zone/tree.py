@@ -106,6 +106,9 @@ class TreeConfig:
     # A request's whole budget at the zone a client asked.
     request_timeout: float = 30.0
     fanout: int = 16
+    # `best` mode: how many children (the summaries' best) get a dry run at
+    # once; the next as many only if none of them can place the request.
+    best_width: int = 3
     # Cross-zone placements: how long a held part lives unless confirmed.
     hold_ttl: float = 30.0
     # Answers kept by request id are forgotten after this long.
@@ -1089,6 +1092,30 @@ class ZoneTree:
                     options: Sequence[tuple[float, str, Child | None]],
                     outcomes: list[Outcome], attempt: Attempt | None
                     ) -> dict[str, Any] | None:
+        """`best` mode: dry runs of the `best_width` options the summaries rank
+        highest (at once), the best plan claimed where it was made; the next
+        `best_width` only if none of those could place or claim it. A tree of
+        ten regions of ten cells plans in 3 x 3 cells, not 100."""
+        width = max(1, self.config.best_width)
+        for lo in range(0, len(options), width):
+            plans = await self._plans(req, options[lo:lo + width], outcomes)
+            if req.dry_run or attempt is None:
+                if plans:
+                    return self._prefixed(plans[0][2], plans[0][1])
+                continue
+            for _, name, got in plans:
+                claimed = await self._claim_plan(req, attempt, name, got)
+                if isinstance(claimed, Outcome):
+                    outcomes.append(claimed)
+                    continue
+                return claimed
+        return None
+
+    async def _plans(self, req: ScheduleRequest,
+                     options: Sequence[tuple[float, str, Child | None]],
+                     outcomes: list[Outcome]) -> list[tuple[float, str, dict[str, Any]]]:
+        """Dry runs of `options` at once: (score, name, plan), best first; no
+        more waiting once one is good enough."""
         dry = req.model_copy(update={"dry_run": True, "request_id": None})
         sem = asyncio.Semaphore(self.config.fanout)
 
@@ -1114,15 +1141,7 @@ class ZoneTree:
             for t in tasks:
                 t.cancel()
         plans.sort(key=lambda p: (-p[0], p[1]))
-        if req.dry_run or attempt is None:
-            return self._prefixed(plans[0][2], plans[0][1]) if plans else None
-        for _, name, got in plans:
-            claimed = await self._claim_plan(req, attempt, name, got)
-            if isinstance(claimed, Outcome):
-                outcomes.append(claimed)
-                continue
-            return claimed
-        return None
+        return plans
 
     async def _claim_plan(self, req: ScheduleRequest, attempt: Attempt, name: str,
                           plan: dict[str, Any]) -> dict[str, Any] | Outcome:

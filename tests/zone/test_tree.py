@@ -218,3 +218,29 @@ def test_anti_affinity_within_the_chosen_zone(tmp_path: Path, mode: str) -> None
         locs = {"/".join(p["location"].split("/")[:3]) for p in ans["placements"]}
         assert len(locs) == 3
     run(tmp_path, scenario)
+
+
+def test_best_mode_plans_in_the_best_few_and_goes_on_only_if_they_cannot(tmp_path: Path
+                                                                          ) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        dfw = tree.apps["dfw"].state.tree
+        dfw.config.best_width = 1
+        urls = {c.url: c.name for c in await dfw.children()}
+        asked: list[str] = []
+        real = tree.transport.call
+
+        async def counted(url: str, method: str, path: str, **kw: Any) -> Any:
+            if path == "/strato/v1/schedule" and (kw.get("json") or {}).get("dry_run"):
+                asked.append(urls.get(url, url))
+            return await real(url, method, path, **kw)
+        tree.transport.call = counted  # type: ignore[method-assign]
+        await schedule(tree, req(1, mode="best"), zone="dfw")
+        assert len(asked) == 1, asked  # the summaries' best alone
+        # The best-ranked cell cannot plan now: the next is asked, and places.
+        first = asked[0]
+        asked.clear()
+        tree.kill(first)
+        ans = await schedule(tree, req(1, mode="best"), zone="dfw")
+        assert asked[0] == first and len(asked) == 2, asked
+        assert ans["placements"][0]["zone"].split("/")[-1] != first
+    run(tmp_path, scenario)
