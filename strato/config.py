@@ -85,3 +85,7 @@ class Settings:
     token_cache_seconds: float = 300.0
     # The token child zones register with (role "zone": registration only).
     registration_token: str | None = None
+    # The token this zone's parent calls it with (role "parent_zone": the zone
+    # protocol and routed Placement calls); given to the parent at
+    # registration in place of `auth_token`, which then never leaves the zone.
+    link_token: str | None = None

@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 import strato
 from strato.api import openapi
 from strato.api.audit import AuditLog
-from strato.api.auth import AuthStrategy, NoAuth, TokenAuth, WithRegistration
+from strato.api.auth import AuthStrategy, NoAuth, TokenAuth, WithZoneTokens
 from strato.api.below import ProvidersBelow
 from strato.api.cors import CorsMiddleware, CorsPolicy
 from strato.api.fast import FastSchedule
@@ -236,8 +236,9 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.mount(ui.DOCS_STATIC, StaticFiles(directory=ui.docs_assets()), name="docs-static")
 
     strategy = auth or _auth_strategy(settings)
-    if settings.registration_token:
-        strategy = WithRegistration(strategy, settings.registration_token)
+    if settings.registration_token or settings.link_token:
+        strategy = WithZoneTokens(strategy, registration=settings.registration_token,
+                                  link=settings.link_token)
     # Runs inside StratoMiddleware: the middleware added last is the outermost.
     app.add_middleware(ProvidersBelow, state=app.state)
     app.add_middleware(FastSchedule, state=app.state)

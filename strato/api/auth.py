@@ -90,33 +90,50 @@ class NoAuth:
 
 
 REGISTRATION_ROLE = "zone"
+# The role a zone's parent calls it with (its --link-token): the zone
+# protocol and the Placement calls a parent routes to its subtree, nothing
+# else (strato/api/deps.py says which).
+PARENT_ROLE = "parent_zone"
 
 
-class WithRegistration:
-    """Another strategy, plus this zone's registration token: the credential
-    child zones register with (`--parent-token` on their side). It grants the
-    `zone` role, which may register a zone and do nothing else, so a child
-    holds no admin rights on its parent."""
+class WithZoneTokens:
+    """Another strategy, plus the tokens of zone links:
 
-    def __init__(self, inner: AuthStrategy, token: str) -> None:
+    * the registration token (role `zone`): child zones register with it
+      (`--parent-token` on their side); it may register a zone and do nothing
+      else, so a child holds no admin rights on its parent;
+    * the link token (role `parent_zone`): this zone gives it to its parent at
+      registration instead of its admin token, so the parent can ask for
+      placements, claims, cancels and summaries and route Placement calls
+      below, but not manage this zone's children or cancel other callers'
+      requests."""
+
+    def __init__(self, inner: AuthStrategy, *, registration: str | None = None,
+                 link: str | None = None) -> None:
         self.inner = inner
-        self._token = token.encode()
+        self._tokens = [(t.encode(), Context(user_id=user, project_id=None,
+                                             roles=frozenset({role})))
+                        for t, user, role in ((registration, "zone", REGISTRATION_ROLE),
+                                              (link, "parent-zone", PARENT_ROLE)) if t]
         slow = getattr(inner, "authenticate_async", None)
         if slow is not None:
             self.authenticate_async = self._async
 
-    def _registration(self, headers: dict[str, str]) -> Context | None:
+    def _zone(self, headers: dict[str, str]) -> Context | None:
         given = headers.get("x-auth-token", "").encode("latin-1", "replace")
-        if given and hmac.compare_digest(given, self._token):
-            return Context(user_id="zone", project_id=None,
-                           roles=frozenset({REGISTRATION_ROLE}))
-        return None
+        if not given:
+            return None
+        found = None
+        for token, ctx in self._tokens:  # every one compared, in constant time
+            if hmac.compare_digest(given, token):
+                found = ctx
+        return found
 
     def authenticate(self, headers: dict[str, str]) -> Context:
-        return self._registration(headers) or self.inner.authenticate(headers)
+        return self._zone(headers) or self.inner.authenticate(headers)
 
     async def _async(self, headers: dict[str, str]) -> Context:
-        found = self._registration(headers)
+        found = self._zone(headers)
         if found is not None:
             return found
         slow = self.inner.authenticate_async  # type: ignore[attr-defined]

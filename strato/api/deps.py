@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from strato.api import policy
-from strato.api.auth import CONTEXT_KEY, Context
+from strato.api.auth import CONTEXT_KEY, PARENT_ROLE, Context
 from strato.api.policy import PolicyMode
 from strato.model import errors
 from strato.store.db import Database
@@ -23,10 +23,33 @@ def context(request: Request) -> Context:
     return ctx
 
 
+# What a parent zone may ask of this zone with its link token (role
+# parent_zone): the zone protocol, and the provider metadata it routes from
+# above (issue 14). Not: this zone's children, the UI, agents' heartbeats.
+PARENT_ACTIONS = frozenset({
+    "strato:summary:show", "strato:groups:show", "strato:schedule:create",
+    "strato:schedule:explain", "strato:claims:create", "strato:claims:confirm",
+    "strato:claims:release", "strato:requests:cancel", "strato:providers:list",
+    "strato:providers:meta:show", "strato:providers:meta:update",
+})
+# Placement's rules a parent's routed calls never need (api/below.py routes
+# reads, writes to existing providers, allocations and new traits and
+# resource classes): creating providers here, deleting traits or resource
+# classes, reshaping.
+PARENT_DENIED = frozenset({"placement:reshaper:reshape", "placement:resource_providers:create",
+                           "placement:traits:delete", "placement:resource_classes:delete"})
+
+
+def is_parent(ctx: Context) -> bool:
+    """The caller is this zone's parent, with the link token (and no admin role)."""
+    return PARENT_ROLE in ctx.roles and not ctx.is_admin and not ctx.system_scope
+
+
 def require_admin(request: Request, action: str) -> Context:
-    """403 unless the caller has the admin or service role (Strato's own routes)."""
+    """403 unless the caller has the admin or service role (Strato's own routes),
+    or is this zone's parent asking for one of PARENT_ACTIONS."""
     ctx = context(request)
-    if not ctx.is_admin:
+    if not (ctx.is_admin or (action in PARENT_ACTIONS and is_parent(ctx))):
         raise errors.Forbidden(f"Policy does not allow {action} to be performed.")
     return ctx
 
@@ -35,6 +58,12 @@ def authorize(request: Request, action: str, project_id: str | None = None) -> C
     """The caller, or a 403 if the app's Placement policy (strato/api/policy.py)
     refuses it `action` (on `project_id`'s data, for the rules that look at it)."""
     ctx = context(request)
+    if is_parent(ctx):
+        # The parent routes a call its own policy allowed its client (issue 14):
+        # the link token stands for that, whatever this zone's rules say.
+        if action in PARENT_DENIED:
+            raise errors.Forbidden(f"Policy does not allow {action} to be performed.")
+        return ctx
     rules: policy.PolicyFile | None = getattr(request.app.state, "policy_file", None)
     if rules is not None:
         rules.authorize(action, ctx, project_id)

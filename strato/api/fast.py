@@ -22,6 +22,7 @@ from sqlalchemy.exc import DataError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from strato.api import deps
 from strato.api.auth import CONTEXT_KEY, Context
 from strato.api.responses import REQUEST_ID_KEY, error_response
 from strato.api.routes.schedule import MAX_HOPS, schedule_response
@@ -57,7 +58,8 @@ class FastSchedule:
             req = ScheduleRequest.model_validate_json(body)
         except ValidationError:
             req = None
-        if req is None or not isinstance(ctx, Context) or not ctx.is_admin or req.hops > MAX_HOPS:
+        if (req is None or not isinstance(ctx, Context)
+                or not (ctx.is_admin or deps.is_parent(ctx)) or req.hops > MAX_HOPS):
             await self.app(scope, _replay(body, receive), send)
             return
         rid = scope.get(REQUEST_ID_KEY)

@@ -34,7 +34,7 @@ from rich.table import Table
 ENV = "STRATO_CONFIG"
 # Never printed: shown as "****".
 SECRETS = frozenset({"auth_token", "parent_token", "metrics_token", "keystone_password",
-                     "registration_token"})
+                     "registration_token", "link_token"})
 
 
 class ConfigError(ValueError):

@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import logging.config
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -331,6 +332,11 @@ def serve(
         None, envvar="STRATO_REGISTRATION_TOKEN",
         help="A token child zones register with (their --parent-token): it may register "
         "a zone and nothing else, so children hold no admin rights here."),
+    link_token: str = typer.Option(
+        None, envvar="STRATO_LINK_TOKEN",
+        help="The token this zone gives its parent to call it with, in place of "
+        "--auth-token: placements, claims, cancels of the parent's own requests, "
+        "summaries and the Placement calls it routes below; not this zone's children."),
     keystone_url: str = typer.Option(
         None, envvar="STRATO_KEYSTONE_URL",
         help="Validate X-Auth-Token with this Keystone (e.g. http://keystone:5000/v3), "
@@ -427,6 +433,15 @@ def serve(
         console.print(f"[red]refusing to listen on {host} without --auth-token[/]: "
                       "development mode (no token) is for loopback only")
         raise typer.Exit(2)
+    if link_token is not None:
+        from strato.zone.protocol import TOKEN_PATTERN
+
+        if not re.match(TOKEN_PATTERN, link_token) or link_token in (auth_token,
+                                                                     registration_token):
+            console.print("[red]invalid --link-token[/]: it must be printable (it goes into "
+                          "a header) and differ from --auth-token and --registration-token",
+                          soft_wrap=True)
+            raise typer.Exit(2)
     if ledger_commit not in ("sync", "async"):
         console.print(f"[red]invalid --ledger-commit[/]: {ledger_commit} (sync or async)")
         raise typer.Exit(2)
@@ -487,7 +502,8 @@ def serve(
                         parent_url=parent, parent_token=parent_token,
                         advertise_url=advertise_url or f"{scheme}://{host}:{port}",
                         location_prefix=location_prefix, zone_tags=tuple(tag),
-                        zone_credential=auth_token, summary_interval=summary_interval,
+                        zone_credential=link_token or auth_token,
+                        summary_interval=summary_interval,
                         child_timeout=child_timeout, request_timeout=request_timeout,
                         hold_ttl=hold_ttl, schedule_concurrency=schedule_concurrency,
                         cors_allowed_origins=tuple(cors_allowed_origin),
@@ -499,7 +515,8 @@ def serve(
                         keystone_password=keystone_password,
                         keystone_project=keystone_project, keystone_domain=keystone_domain,
                         token_cache_seconds=token_cache_seconds,
-                        registration_token=registration_token, policy_file=policy_file)
+                        registration_token=registration_token, link_token=link_token,
+                        policy_file=policy_file)
     if parent is not None and not _is_http_url(parent):
         console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
                       "URL (e.g. http://10.0.0.1:8780)")
@@ -545,6 +562,7 @@ def serve(
                             ("KEYSTONE_DOMAIN", keystone_domain),
                             ("TOKEN_CACHE_SECONDS", str(token_cache_seconds)),
                             ("REGISTRATION_TOKEN", registration_token),
+                            ("LINK_TOKEN", link_token),
                             ("POLICY_FILE", policy_file)):
             if value:
                 os.environ[f"STRATO_{name}"] = value
@@ -642,6 +660,7 @@ def app_from_env() -> FastAPI:
         keystone_domain=env.get("STRATO_KEYSTONE_DOMAIN", "Default"),
         token_cache_seconds=float(env.get("STRATO_TOKEN_CACHE_SECONDS", 300.0)),
         registration_token=env.get("STRATO_REGISTRATION_TOKEN") or None,
+        link_token=env.get("STRATO_LINK_TOKEN") or None,
         policy_file=env.get("STRATO_POLICY_FILE") or None),
         migrate=False)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import random
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -139,6 +140,15 @@ class Attempt:
         left = self.deadline - now
         keep = max(MIN_KEEP_S, KEEP_SHARE * left)
         return now + max(0.0, min(cap, (left - keep) * share))
+
+
+_PART_TAIL = re.compile(r"@[^@#/]{1,255}#[0-9a-f]{8}$")
+
+
+def is_part_id(request_id: str) -> bool:
+    """Whether `request_id` has the shape of a part a zone asks of another (a
+    parent's request to its child), as `part_id` makes them."""
+    return _PART_TAIL.search(request_id) is not None
 
 
 def part_id(request_id: str, zone: str) -> str:

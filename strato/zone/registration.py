@@ -27,7 +27,8 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
         body = Registration(
             name=settings.zone_name, url=settings.advertise_url or "",
             location_prefix=settings.location_prefix, tags=list(settings.zone_tags),
-            credential=settings.zone_credential or settings.auth_token or "admin",
+            credential=(settings.zone_credential or settings.link_token or settings.auth_token
+                        or "admin"),
             # Proves to the parent that this is the zone that registered the
             # name before (a restart, a new address): no other zone can take it.
             identity=identity,

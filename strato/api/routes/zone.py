@@ -21,6 +21,7 @@ from strato.model import errors
 from strato.model.location import LocationError, canonical_location, canonical_tags
 from strato.store import children as store
 from strato.store import provisional
+from strato.zone import attempt
 from strato.zone.protocol import TOKEN_PATTERN
 from strato.zone.tree import ZoneTree
 
@@ -299,6 +300,15 @@ async def cancel_request(request: Request, body: CancelRequest) -> Response:
     """A parent lost the answer to `request_id` and placed it elsewhere: undo
     what the request placed in this zone's subtree, or refuse it if it arrives
     later (idempotent). Children get the cancel as `{request_id}@{this zone}`;
-    those that do not answer get it when they answer again."""
-    deps.require_admin(request, "strato:requests:cancel")
+    those that do not answer get it when they answer again.
+
+    Only the zone that sent the request may cancel it: the parent, with its
+    link token, for the requests it sends (ids it made, `…@zone#…`), or an
+    admin; a service user may not cancel another caller's request."""
+    ctx = deps.require_admin(request, "strato:requests:cancel")
+    if "admin" not in ctx.roles and not (deps.is_parent(ctx)
+                                         and attempt.is_part_id(body.request_id)):
+        raise errors.Forbidden(
+            "Policy does not allow strato:requests:cancel to be performed: a request is "
+            "cancelled only by the zone that sent it (its parent zone) or an admin")
     return json_response(await tree_of(request).cancel(body.request_id))
