@@ -40,9 +40,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strato.api import deps, microversion
 from strato.api.middleware import replay_body
 from strato.api.responses import REQUEST_ID_KEY, strato_error_response
+from strato.api.routes import allocations as allocation_routes
 from strato.model import errors
 from strato.store import allocations, providers
-from strato.zone import subtree
+from strato.zone import subtree, writes
 
 _ITEM = re.compile(r"^/resource_providers/([0-9a-fA-F-]{32,36})"
                    r"(?:/(?:inventories(?:/[A-Z0-9_]{1,255})?|traits|aggregates|usages|"
@@ -211,8 +212,22 @@ class ProvidersBelow:
                 limit = int(v)
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         own = json.loads(body)
-        merged, missing = await subtree.candidates(self.state.tree, own, query,
-                                                   version, limit, self.state.engine.scorer)
+        tree = self.state.tree
+        scorer = self.state.engine.scorer
+
+        async def pools(classes: dict[str, int]) -> list[tuple[str, tuple[str, ...]]]:
+            found: list[tuple[str, tuple[str, ...]]] = await run_in_threadpool(
+                tree.local.shared_pools, classes, 1)
+            return found
+
+        async def own_ask(q: str) -> dict[str, Any] | None:
+            status, _, answer = await _capture(self.app, {**scope, "query_string": q.encode()},
+                                               _no_body)
+            return json.loads(answer) if status == 200 else None
+        extra, lacking = await subtree.pooled(tree, query, version, scorer, pools, own_ask)
+        merged, missing = await subtree.candidates(tree, own, query, version, limit, scorer,
+                                                   extra)
+        missing += [m for m in dict.fromkeys(lacking) if m not in missing]
         content = body if merged is own else json.dumps(merged).encode()
         await _rewritten(headers, content, missing, send)
 
@@ -220,8 +235,9 @@ class ProvidersBelow:
         """`PUT /allocations/{consumer}` and `POST /allocations` naming providers
         below: sent to the zone that owns them all (consumer generations are
         that zone's to check); a write that names providers of several zones,
-        or of this zone and one below, is a 400 saying so. An empty `PUT`
-        (a release) goes to the zone that holds the consumer."""
+        or of this zone and one below, is made all or nothing across them
+        (`_across`). An empty `PUT` (a release) goes to the zone that holds
+        the consumer."""
         tree = self.state.tree
         if not await tree.children():
             await self.app(scope, receive, send)
@@ -262,12 +278,9 @@ class ProvidersBelow:
                 await self.app(scope, replay_body(raw, receive), send)
                 return
             if here or owner.child is None:
-                zones = ["this zone"] * bool(here) + list(owner.zones or (
-                    [owner.child.name] if owner.child else []))
-                raise errors.BadRequest(
-                    f"the allocations name providers of several zones ({', '.join(zones)}): "
-                    "write each zone's consumers there, or place them with POST "
-                    "/strato/v1/schedule, which holds and confirms across zones")
+                await self._across(scope, body, here)
+                await Response(status_code=204)(scope, receive, send)
+                return
             reply = await subtree.send_to(tree, owner.child, scope["method"], scope["path"],
                                           body, version, "a provider of these allocations")
             if reply.status == 204:
@@ -277,6 +290,22 @@ class ProvidersBelow:
             await strato_error_response(exc, rid)(scope, receive, send)
             return
         await _answer(reply, scope, receive, send)
+
+    async def _across(self, scope: Scope, body: Any, here: set[str]) -> None:
+        """A write naming providers of several zones (this one's and its
+        children's): validated as this zone's route would, then made all or
+        nothing with held parts in each zone (zone/writes.py)."""
+        consumer = _CONSUMER.match(scope["path"])
+        found = scope.get(microversion.SCOPE_KEY)
+        v = found if isinstance(found, microversion.Version) else microversion.MIN_VERSION
+        if consumer is None and v < microversion.V1_13:
+            raise errors.NotFound("The resource could not be found.")
+        claims = allocation_routes.claims_of(
+            body, v, allocation_routes.canonical_uuid(consumer.group(1)) if consumer else None)
+        named = subtree.named_providers(body) or set()
+        owner = {allocation_routes.canonical_uuid(u): writes.LOCAL if u in here
+                 else str(self.owners.get(u.lower())) for u in named}
+        await writes.write(self.state.tree, claims, owner)
 
     async def _release(self, consumer: str, body: Any, raw: bytes, scope: Scope,
                        receive: Receive, send: Send, rid: str | None) -> None:
@@ -376,6 +405,10 @@ async def _capture(app: ASGIApp, scope: Scope, receive: Receive
 
     await app(scope, receive, keep)
     return status, headers, b"".join(chunks)
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
 
 
 async def _read(receive: Receive) -> bytes:

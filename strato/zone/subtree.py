@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
@@ -372,17 +372,22 @@ def _score(areq: Mapping[str, Any], summaries: Mapping[str, Any], scorer: Any) -
     return float(scorer.items(rcs, free, caps)) if rcs else 0.0
 
 
+Source = tuple[list[dict[str, Any]], dict[str, Any]]
+
+
 async def candidates(tree: Tree, own: dict[str, Any], query: str, version: str,
-                     limit: int | None, scorer: Any) -> tuple[dict[str, Any], list[str]]:
+                     limit: int | None, scorer: Any, extra: Sequence[Source] = ()
+                     ) -> tuple[dict[str, Any], list[str]]:
     """This zone's `GET /allocation_candidates` answer (`own`) merged with its
-    children's for the same query and microversion: every candidate scored
-    by this zone's weigher from its own answer's summaries, best first (ties:
-    this zone's, then the children's in order, each in its own order), cut at
-    `limit`; the summaries of the providers the kept candidates use (and of
-    their trees). (the body, the children that could not say)."""
+    children's for the same query and microversion (and with `extra`, the
+    candidates `pooled` made): every candidate scored by this zone's weigher
+    from its own answer's summaries, best first (ties: this zone's, then the
+    children's in order, each in its own order), cut at `limit`; the
+    summaries of the providers the kept candidates use (and of their trees).
+    (the body, the children that could not say)."""
     path = "/allocation_candidates" + (f"?{query}" if query else "")
-    sources: list[tuple[list[dict[str, Any]], dict[str, Any]]] = [
-        (own.get("allocation_requests", []), own.get("provider_summaries", {}))]
+    sources: list[Source] = [
+        (own.get("allocation_requests", []), own.get("provider_summaries", {})), *extra]
     missing: list[str] = []
     kids = await tree.children()
     demand = _plain_demand(query) if limit and scorer.config.name == "spread" else None
@@ -400,7 +405,7 @@ async def candidates(tree: Tree, own: dict[str, Any], query: str, version: str,
         waves = [order[:FIRST_WAVE]] + [order[i:i + WAVE]
                                         for i in range(FIRST_WAVE, len(order), WAVE)]
         waves = [w for w in waves if w]
-    ranked: list[tuple[float, int, int, dict[str, Any]]] = []
+    ranked = _ranked(sources, scorer, limit)
     for w, wave in enumerate(waves):
         answers, lacking = await _ask_all(tree, path, _Candidates, "allocation candidates",
                                           version, wave)
@@ -434,6 +439,131 @@ async def candidates(tree: Tree, own: dict[str, Any], query: str, version: str,
                 summaries_out[u] = entry
     return {"allocation_requests": [t[3] for t in ranked],
             "provider_summaries": summaries_out}, missing
+
+
+async def pooled(tree: Tree, query: str, version: str, scorer: Any,
+                 pools: Callable[[dict[str, int]], Awaitable[list[tuple[str, tuple[str, ...]]]]],
+                 own_ask: Callable[[str], Awaitable[dict[str, Any] | None]]
+                 ) -> tuple[list[Source], list[str]]:
+    """Candidates that take the classes no child has (e.g. DISK_GB) from a
+    sharing provider here (MISC_SHARES_VIA_AGGREGATE) and the rest from a
+    child's providers in that provider's aggregates, as Placement combines a
+    sharing provider with a compute node: (the sources to merge, the children
+    that could not say). A request of one unnamed group only; `required`,
+    `member_of` and `limit` go to the children with the rest of the request.
+    `pools(classes)`: this zone's sharing providers with room for `classes`,
+    best first, with their aggregates; `own_ask(query)`: this zone's own
+    candidates for a query (the pool's, with its summary in the client's
+    microversion)."""
+    parsed = _pool_query(query)
+    major, _, minor = version.partition(".")
+    if parsed is None or not (major.isdigit() and minor.isdigit()):
+        return [], []
+    asked = (int(major), int(minor))
+    demand, others = parsed
+    offered: set[str] = set()
+    for cached in tree.cache.values():
+        classes = (cached.body or {}).get("classes")
+        if isinstance(classes, dict):
+            offered.update(classes)
+    shared = {rc: n for rc, n in demand.items() if rc not in offered}
+    rest = {rc: n for rc, n in demand.items() if rc not in shared}
+    if not shared or not rest:
+        return [], []
+    kids = [c for c in await tree.children()
+            if _child_bound(tree, c.name, rest, scorer) > NO_ROOM]
+    if not kids:
+        return [], []
+    sources: list[Source] = []
+    missing: list[str] = []
+    for provider, aggs in (await pools(shared))[:MAX_POOLS]:
+        if not aggs:
+            continue
+        mine = await own_ask(urlencode([("resources", _amounts(shared))]))
+        if not mine or not any({u for u, _, _ in _items(a)} == {provider}
+                               for a in mine.get("allocation_requests", [])):
+            continue
+        summary = {u: e for u, e in mine.get("provider_summaries", {}).items()
+                   if u == provider}
+        q = urlencode([("resources", _amounts(rest)), *others,
+                       ("member_of", "in:" + ",".join(aggs))])
+        # member_of came with 1.21: children are asked at least at that, and
+        # their answers put back in the client's shape.
+        answers, lacking = await _ask_all(tree, f"/allocation_candidates?{q}", _Candidates,
+                                          "allocation candidates",
+                                          ".".join(map(str, max(asked, MEMBER_OF))), kids)
+        missing += [m.child for m in lacking]
+        for _, body in answers:
+            try:
+                areqs = [_older(_with_pool(a, provider, shared), asked)
+                         for a in body.allocation_requests]
+            except (AttributeError, TypeError, ValueError, KeyError):
+                continue
+            summaries = body.provider_summaries
+            if asked < TRAITS_IN_SUMMARIES:
+                summaries = {u: {k: v for k, v in e.items() if k != "traits"}
+                             for u, e in summaries.items()}
+            if areqs:
+                sources.append((areqs, {**summaries, **summary}))
+    return sources, missing
+
+
+MEMBER_OF = (1, 21)
+TRAITS_IN_SUMMARIES = (1, 17)
+DICT_ALLOCATIONS = (1, 12)
+
+
+def _older(areq: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
+    """A candidate as a client of `version` reads it (before 1.12, a list)."""
+    alloc = areq["allocations"]
+    if version >= DICT_ALLOCATIONS or not isinstance(alloc, dict):
+        return areq
+    return {"allocations": [{"resource_provider": {"uuid": u},
+                             "resources": dict(share["resources"])}
+                            for u, share in alloc.items()]}
+
+
+MAX_POOLS = 3
+
+
+def _amounts(amounts: Mapping[str, int]) -> str:
+    return ",".join(f"{rc}:{n}" for rc, n in sorted(amounts.items()))
+
+
+def _pool_query(query: str) -> tuple[dict[str, int], list[tuple[str, str]]] | None:
+    """(the amounts, the other parameters the children get) of a request of
+    one unnamed group; None for anything else."""
+    demand: dict[str, int] | None = None
+    others: list[tuple[str, str]] = []
+    for k, v in parse_qsl(query):
+        if k == "resources":
+            if demand is not None:
+                return None
+            try:
+                demand = {rc: int(n) for rc, n in (p.split(":") for p in v.split(","))}
+            except ValueError:
+                return None
+        elif k in ("limit", "required", "member_of"):
+            others.append((k, v))
+        else:
+            return None
+    return None if demand is None else (demand, others)
+
+
+def _with_pool(areq: Mapping[str, Any], provider: str, shared: Mapping[str, int]
+               ) -> dict[str, Any]:
+    """A child's candidate with the pool's share added, in its own shape."""
+    alloc = areq["allocations"]
+    out = dict(areq)
+    if isinstance(alloc, dict):
+        out["allocations"] = {**alloc, provider: {"resources": dict(shared)}}
+    else:
+        out["allocations"] = [*alloc, {"resource_provider": {"uuid": provider},
+                                       "resources": dict(shared)}]
+    mappings = areq.get("mappings")
+    if isinstance(mappings, dict):
+        out["mappings"] = {**mappings, "": sorted({*mappings.get("", []), provider})}
+    return out
 
 
 # Children asked at once while merging candidates best bound first (the

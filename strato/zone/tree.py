@@ -700,6 +700,14 @@ class ZoneTree:
             f"request {attempt.request_id}: its time ran out and it was undone; retry",
             retry_after=0.0)
 
+    async def give_up(self, attempt: Attempt) -> None:
+        """Undo what `attempt` made and give its id back (zone/writes.py)."""
+        await self._give_up(attempt)
+
+    async def final(self, attempt: Attempt, state: State, body: dict[str, Any]) -> None:
+        """Write `attempt`'s answer over its reservation (zone/writes.py)."""
+        await self._final(attempt, state, body)
+
     async def _give_up(self, attempt: Attempt, *, placed: bool = False) -> None:
         """No answer for this attempt: undo what it made, then give the id back
         (only if the undo went through: otherwise recovery finds the request

@@ -39,6 +39,7 @@ from strato.process import free_port
 from tests.chaos.netns import Netns, NetnsUnavailable, Relay
 
 TOKEN = "admin"
+JOIN_TOKEN = "chaos-join"
 HEADERS = {"x-auth-token": TOKEN, "openstack-api-version": "placement 1.39"}
 LEVELS = ("site", "room", "rack", "host")
 HOST_INVENTORY = {"VCPU": {"total": 16}, "MEMORY_MB": {"total": 16384}}
@@ -100,8 +101,15 @@ class Zone:
                "--auth-token", TOKEN, "--advertise-url", self.url, *TIMING]
         if "--hold-ttl" in serve_flags():
             cmd += ["--hold-ttl", str(HOLD_TTL)]
+        # Zone links with scoped credentials where the server has them: children
+        # register with a token that can do nothing else, and parents call
+        # with a link token, never the admin one.
+        scoped = "--link-token" in serve_flags()
+        if scoped:
+            cmd += ["--registration-token", JOIN_TOKEN, "--link-token", f"link-{self.name}"]
         if self.parent is not None:
-            cmd += ["--parent", self.parent.url_for_child(self), "--parent-token", TOKEN]
+            cmd += ["--parent", self.parent.url_for_child(self),
+                    "--parent-token", JOIN_TOKEN if scoped else TOKEN]
         if self.location_prefix:
             cmd += ["--location-prefix", self.location_prefix]
         return (self.netns.exec_prefix() if self.netns else []) + cmd

@@ -6,8 +6,11 @@ providers that live in the cells' databases."""
 from __future__ import annotations
 
 import random
+import signal
 import threading
+import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +18,7 @@ import pytest
 
 from tests.e2e.test_real_clients import _osc, ks_session, openstack, token_endpoint
 from tests.e2e.test_zone_split import cells  # noqa: F401 (the fixture)
+from tests.e2e.test_zone_tree import children, wait_for, zone
 from tests.helpers import api
 from tests.helpers.server import ServerProcess
 
@@ -96,3 +100,115 @@ def test_a_nova_claim_loop_against_the_root_fills_the_tree_exactly(
             assert c.get(f"/allocations/{consumer}").json()["allocations"]
             assert c.delete(f"/allocations/{consumer}").status_code == 204
         assert c.get("/usages?project_id=p", headers=old).json()["usages"]["VCPU"] == 52
+
+
+def _aggregate(c: httpx.Client, rp: str, agg: str, traits: list[str] | None = None) -> None:
+    gen = c.get(f"/resource_providers/{rp}").json()["generation"]
+    r = c.put(f"/resource_providers/{rp}/aggregates",
+              json={"aggregates": [agg], "resource_provider_generation": gen})
+    assert r.status_code == 200, r.text
+    if traits:
+        r = c.put(f"/resource_providers/{rp}/traits", json={
+            "traits": traits, "resource_provider_generation": r.json()[
+                "resource_provider_generation"]})
+        assert r.status_code == 200, r.text
+
+
+def test_a_nova_claim_loop_takes_disk_from_the_roots_pool_while_a_cell_pauses(
+        tmp_path: Path) -> None:
+    """Root (a 400 GB disk pool shared by aggregate) over dfw and ord (four
+    8-VCPU hosts each, in the pool's aggregate). Eight Nova-style schedulers
+    at the root ask for VCPU:2,DISK_GB:25: each candidate combines a cell's
+    host with the root's pool, and each claim is one PUT at the root that
+    spans two zones. ord is frozen (SIGSTOP) for a while: writes to it fail
+    (503), nothing of them stays once it is back. The pool is what runs out:
+    exactly 16 claims, every one whole in both zones."""
+    root = zone(tmp_path, "root", extra=["--hold-ttl", "3"]).start()
+    procs = {"root": root}
+    agg = str(uuid.uuid4())
+    try:
+        with api.client(root.url) as c:
+            pool = api.make_provider(c, "disk-pool", {"DISK_GB": {"total": 400}})
+            _aggregate(c, pool, agg, ["MISC_SHARES_VIA_AGGREGATE"])
+        for name in ("dfw", "ord"):
+            procs[name] = zone(tmp_path, name, root, ["--location-prefix", name,
+                                                      "--hold-ttl", "3"]).start()
+            with api.client(procs[name].url) as c:
+                for i in range(4):
+                    _aggregate(c, api.make_provider(c, f"{name}-h{i}", {"VCPU": {"total": 8}}),
+                               agg)
+        with api.client(root.url) as c:
+            wait_for(lambda: {k for k, v in children(c).items()
+                              if (v.get("summary") or {}).get("providers") == 4}
+                     == {"dfw", "ord"})
+        claimed: list[str] = []
+        outages = [0]
+        lock = threading.Lock()
+        h = {"x-auth-token": "admin", "openstack-api-version": "placement 1.36"}
+
+        def scheduler() -> None:
+            with httpx.Client(base_url=root.url, headers=h, timeout=30) as c:
+                while True:
+                    r = c.get("/allocation_candidates?resources=VCPU:2,DISK_GB:25&limit=4")
+                    assert r.status_code == 200, r.text
+                    cands = r.json()["allocation_requests"]
+                    if not cands:
+                        return
+                    pick = random.choice(cands)
+                    assert pool in pick["allocations"], pick
+                    consumer = str(uuid.uuid4())
+                    r = c.put(f"/allocations/{consumer}", json={
+                        **pick, "project_id": "p", "user_id": "u",
+                        "consumer_generation": None})
+                    if r.status_code == 204:
+                        with lock:
+                            claimed.append(consumer)
+                    elif r.status_code == 503:
+                        with lock:
+                            outages[0] += 1
+                        time.sleep(0.2)
+                    else:
+                        assert r.status_code == 409, r.text  # lost a race: ask again
+
+        threads = [threading.Thread(target=scheduler) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        procs["ord"].proc.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+        time.sleep(3)
+        procs["ord"].proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
+        assert len(claimed) == 16, (len(claimed), outages)
+
+        def totals() -> tuple[int, int]:
+            vcpu = 0
+            for cell in ("dfw", "ord"):
+                with api.client(procs[cell].url) as c:
+                    for p in c.get("/resource_providers").json()["resource_providers"]:
+                        u = api.usages(c, p["uuid"])
+                        assert u.get("VCPU", 0) <= 8, (cell, p["name"], u)
+                        vcpu += u.get("VCPU", 0)
+            with api.client(root.url) as c:
+                disk = api.usages(c, pool).get("DISK_GB", 0)
+            return vcpu, disk
+        # Parts in doubt at ord when it froze are cancelled once it answers.
+        wait_for(lambda: totals() == (32, 400), timeout=30)
+        with api.client(root.url) as c:
+            old = {"openstack-api-version": "placement 1.9"}
+            # Once the root's probes see ord again (a frozen zone's backoff).
+            wait_for(lambda: c.get("/usages?project_id=p", headers=old).status_code == 200)
+            r = c.get("/usages?project_id=p", headers=old)
+            assert r.json()["usages"] == {
+                "VCPU": 32, "DISK_GB": 400}
+            for consumer in claimed[:4]:
+                got = c.get(f"/allocations/{consumer}").json()["allocations"]
+                assert got[pool]["resources"] == {"DISK_GB": 25} and len(got) == 2
+                assert c.delete(f"/allocations/{consumer}").status_code == 204
+        assert totals() == (24, 300)
+    finally:
+        for p in procs.values():
+            if p.proc and p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGCONT)
+            p.stop()

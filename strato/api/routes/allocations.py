@@ -222,6 +222,23 @@ def to_claim(consumer_uuid: str, body: ConsumerBody, *, post: bool = False
     )
 
 
+def claims_of(data: Any, v: Version, consumer: str | None = None
+              ) -> list[store.ConsumerClaim]:
+    """The claims an allocations write makes, validated at version `v`: `PUT
+    /allocations/{consumer}` with `consumer`, else `POST /allocations` (1.13+)."""
+    if consumer is not None:
+        body: ConsumerBody = validate(_pick(_PUT_BODIES, v), data)
+        return [to_claim(consumer, body)]
+    bodies = validate(_PostBody, data).root
+    if not bodies:
+        raise errors.BadRequest("JSON does not validate: body: at least one consumer is "
+                                "required (minProperties 1)")
+    model = post_body_model(v)
+    # Validated once more per consumer, against this version's model.
+    return [to_claim(canonical_uuid(c), validate_consumer(model, c, b), post=True)
+            for c, b in bodies.items()]
+
+
 def _consumer_path_uuid(value: str) -> str:
     if not query.is_uuid(value):
         raise errors.BadRequest(f"Malformed consumer_uuid: {value}")
@@ -320,10 +337,9 @@ async def update_allocations(request: Request, consumer_uuid: str) -> Response:
     deps.authorize(request, "placement:allocations:update")
     v = version(request)
     key = _consumer_path_uuid(consumer_uuid)
-    body: ConsumerBody = validate(_pick(_PUT_BODIES, v), await read_json(request))
-    claim = to_claim(key, body)
+    claims = claims_of(await read_json(request), v, key)
     with deps.db(request).write() as conn:
-        store.claim(conn, [claim])
+        store.claim(conn, claims)
     return Response(status_code=204)
 
 
@@ -331,14 +347,7 @@ async def update_allocations(request: Request, consumer_uuid: str) -> Response:
 async def create_allocations(request: Request) -> Response:
     deps.authorize(request, "placement:allocations:manage")
     v = require(request, V1_13)
-    bodies = validate(_PostBody, await read_json(request)).root
-    if not bodies:
-        raise errors.BadRequest("JSON does not validate: body: at least one consumer is "
-                                "required (minProperties 1)")
-    model = post_body_model(v)
-    # Validated once more per consumer, against this version's model.
-    claims = [to_claim(canonical_uuid(c), validate_consumer(model, c, b), post=True)
-              for c, b in bodies.items()]
+    claims = claims_of(await read_json(request), v)
     with deps.db(request).write() as conn:
         store.claim(conn, claims)
     return Response(status_code=204)

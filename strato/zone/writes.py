@@ -1,0 +1,197 @@
+"""Placement allocation writes that span zones, made atomic.
+
+`PUT /allocations/{consumer}` or `POST /allocations` at a routing zone may
+name providers of several zones: this zone's own (a sharing pool, say) and
+its children's, as a candidate that combines the root's disk pool with a
+cell's host does. Such a write is made as a cross-zone placement is:
+
+1. each zone's part is claimed *held* (`POST /strato/v1/claims` with the hold
+   TTL, or this zone's own claim), under a part id recorded first in this
+   zone's request ledger, all zones at once;
+2. if any part is refused, or a zone does not answer, every part is undone
+   (by part id: a held part is released, a part in doubt is cancelled when
+   its zone answers again) and the write is refused, 409 with the zone's own
+   reason or 503 when a zone could not be asked: nothing stays;
+3. otherwise the remote parts are confirmed, then this zone's, and the
+   answer is written to the ledger (204).
+
+A crash or partition at any step leaves no half-made write: an unanswered
+write's ledger entry passes its deadline and recovery undoes every part;
+held parts that are never confirmed are released after the TTL anyway.
+
+Limits, each a clear 400: one consumer's allocations are on this zone's own
+providers and those of at most one child's zone (so `GET` and `DELETE
+/allocations/{consumer}` at this zone find all of it), and the consumer is
+new (its `consumer_generation` null): an existing consumer's allocations
+are changed in the zone that holds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+
+from strato.model import errors
+from strato.store import allocations as store
+from strato.store.ledger import State
+from strato.zone import protocol, shared
+from strato.zone.attempt import Attempt, Outcome, part_id
+
+if TYPE_CHECKING:
+    from strato.zone.tree import ZoneTree
+
+LOCAL = ""  # this zone's own providers (as zone/tree.py's LOCAL)
+
+
+@dataclass
+class _Part:
+    zone: str  # LOCAL or a child's name
+    body: dict[str, Any]
+    consumers: list[str] = field(default_factory=list)
+
+
+def parts_of(claims: Sequence[store.ConsumerClaim], owner: Mapping[str, str],
+             ttl: float, deadline: float) -> list[_Part]:
+    """Each zone's share of `claims` (`owner`: provider uuid -> LOCAL or the
+    child whose subtree has it), one claim message per zone and owner."""
+    grouped: dict[tuple[str, str, str, str | None], list[dict[str, Any]]] = defaultdict(list)
+    for c in claims:
+        if not c.allocations:
+            raise errors.BadRequest(
+                f"consumer {c.consumer_uuid}: removing allocations cannot be combined with "
+                "a write that spans zones; remove them in a write of their own")
+        if isinstance(c.generation, int):
+            raise errors.BadRequest(
+                f"consumer {c.consumer_uuid}: an existing consumer's allocations are changed "
+                "in the zone that holds them; a write across zones makes a new consumer "
+                "(consumer_generation null)")
+        by_zone: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+        for rp, resources in c.allocations.items():
+            by_zone[owner[rp]][rp] = {"resources": dict(resources)}
+        below = sorted(z for z in by_zone if z != LOCAL)
+        if len(below) > 1:
+            raise errors.BadRequest(
+                f"consumer {c.consumer_uuid}: its allocations name providers of the zones "
+                f"{', '.join(below)}; one consumer's allocations may span this zone and one "
+                "zone below it, not two")
+        for zone, allocs in by_zone.items():
+            key = (zone, c.project_id or store.INCOMPLETE_CONSUMER_PROJECT,
+                   c.user_id or store.INCOMPLETE_CONSUMER_USER, c.consumer_type)
+            grouped[key].append({"consumer_uuid": c.consumer_uuid, "allocations": allocs})
+    return [_Part(zone, {"path": [], "project_id": project, "user_id": user,
+                         "consumer_type": ctype, "hold_ttl": ttl, "deadline": deadline,
+                         "placements": placements},
+                  [p["consumer_uuid"] for p in placements])
+            for (zone, project, user, ctype), placements in sorted(
+                grouped.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2],
+                                                 kv[0][3] or ""))]
+
+
+class _Refused(Exception):
+    def __init__(self, error: errors.StratoError) -> None:
+        self.error = error
+
+
+async def write(tree: ZoneTree, claims: Sequence[store.ConsumerClaim],
+                owner: Mapping[str, str]) -> None:
+    """Make `claims` (providers of several zones, `owner` says which) all or
+    nothing; raises the refusal (400, 409, 503) with nothing left held."""
+    now = time.time()
+    attempt = Attempt(f"alloc-{uuid.uuid4().hex}", now + tree.config.request_timeout)
+    parts = parts_of(claims, owner, tree.config.hold_ttl,
+                     attempt.child_deadline(tree.config.child_timeout))
+    kids = {c.name: c for c in await tree.children()}
+    missing = sorted({p.zone for p in parts if p.zone != LOCAL and p.zone not in kids})
+    if missing:
+        raise errors.ServiceUnavailable(f"zone {missing[0]} is no longer a child of this "
+                                        "zone: nothing was written", retry_after=1.0)
+    for part in parts:
+        part.body["request_id"] = part_id(attempt.request_id, tree.config.name)
+        await tree.record_part(attempt, part.zone, part.body["request_id"], part.consumers)
+    got = await asyncio.gather(*(_hold(tree, kids, p) for p in parts), return_exceptions=True)
+    failed = [g for g in got if isinstance(g, BaseException)]
+    if failed:
+        await asyncio.shield(tree.give_up(attempt))
+        refusals = [f.error for f in failed if isinstance(f, _Refused)]
+        outage = [f for f in refusals if isinstance(f, errors.ServiceUnavailable)]
+        if outage:
+            raise outage[0]
+        if refusals:
+            raise refusals[0]
+        raise failed[0]
+    try:
+        await _confirm(tree, parts, attempt)
+    except BaseException:
+        await asyncio.shield(tree.give_up(attempt))
+        raise
+    await tree.final(attempt, State.PLACED, {
+        "allocations": {p.zone or tree.config.name: p.consumers for p in parts}})
+    for p in parts:
+        if p.zone != LOCAL:
+            for c in p.consumers:
+                tree.consumer_zones.learn(c, p.zone)
+
+
+async def _hold(tree: ZoneTree, kids: Mapping[str, Any], part: _Part) -> None:
+    """Claim one zone's part, held; raises _Refused with the answer to give."""
+    if part.zone == LOCAL:
+        try:
+            await run_in_threadpool(tree.local.claim_placements, part.body)
+        except errors.StratoError as exc:
+            raise _Refused(exc) from None
+        return
+    child = kids[part.zone]
+    reply = await tree.call_claim(child, "/strato/v1/claims", part.body, part.consumers,
+                                  float(part.body["deadline"]) + 0.25)
+    if isinstance(reply, Outcome):
+        raise _Refused(errors.ServiceUnavailable(
+            f"zone {part.zone}, which holds providers of these allocations, did not answer "
+            f"({reply.reason}): nothing was written", retry_after=1.0))
+    if reply.status == 200:
+        try:
+            protocol.read_claim_answer(part.consumers, reply.body)
+        except protocol.Faulty as exc:
+            tree.health_of(child.name).failed(f"faulty: {exc.reason}", faulty=True)
+            await tree.note_in_doubt(child.name, part.body["request_id"], part.consumers,
+                                     f"faulty claim answer: {exc.reason}")
+            raise _Refused(errors.ServiceUnavailable(
+                f"zone {part.zone} gave an answer that is not one: nothing was written",
+                retry_after=1.0)) from None
+        return
+    try:
+        err = protocol.read_error(reply.body)["errors"][0]
+    except protocol.Faulty:
+        err = {"detail": f"an answer of status {reply.status} without an error body"}
+    detail = f"zone {part.zone}: {err.get('detail') or 'refused'}"[:1000]
+    code = str(err.get("code") or errors.DEFAULT)
+    if reply.status == 409:
+        raise _Refused(errors.Conflict(detail, code))
+    if reply.status == 400:
+        raise _Refused(errors.BadRequest(detail, code))
+    raise _Refused(errors.ServiceUnavailable(f"{detail} ({reply.status}): nothing was written",
+                                             retry_after=1.0))
+
+
+async def _confirm(tree: ZoneTree, parts: Sequence[_Part], attempt: Attempt) -> None:
+    """Remote parts first, then this zone's; 409 if a hold had expired."""
+    expired = errors.Conflict(
+        "a held part of these allocations expired before it was confirmed; nothing was "
+        "written: retry", errors.CONCURRENT_UPDATE)
+    for part in parts:
+        if part.zone == LOCAL:
+            continue
+        status = await shared.confirm_part(
+            tree, {"child": part.zone, "path": [], "consumers": part.consumers},
+            attempt.deadline)
+        if status == 404:
+            raise expired
+    here = [c for p in parts if p.zone == LOCAL for c in p.consumers]
+    if here and not await tree.confirm_here(here):
+        raise expired
