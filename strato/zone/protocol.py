@@ -274,6 +274,10 @@ class ClaimAnswer(_Message):
     placements: list[ClaimedPart] = Field(default_factory=list, max_length=MAX_CONSUMERS)
     replayed: bool = False
     zone_summary: Summary | None = None
+    # Where below the zone asked the claim was made, when that zone found the
+    # owner itself (a claim naming providers of a grandchild): the path to
+    # confirm or release it by.
+    path: list[Name] = Field(default_factory=list, max_length=32)
 
 
 class ConfirmAnswer(_Message):

@@ -7,7 +7,8 @@ cell's host does. Such a write is made as a cross-zone placement is:
 
 1. each zone's part is claimed *held* (`POST /strato/v1/claims` with the hold
    TTL, or this zone's own claim), under a part id recorded first in this
-   zone's request ledger, all zones at once;
+   zone's request ledger, this zone first and then the children by name (so
+   two writes of one consumer meet at the same zone first: one is made);
 2. if any part is refused, or a zone does not answer, every part is undone
    (by part id: a held part is released, a part in doubt is cancelled when
    its zone answers again) and the write is refused, 409 with the zone's own
@@ -20,10 +21,13 @@ write's ledger entry passes its deadline and recovery undoes every part;
 held parts that are never confirmed are released after the TTL anyway.
 
 Limits, each a clear 400: one consumer's allocations are on this zone's own
-providers and those of at most one child's zone (so `GET` and `DELETE
-/allocations/{consumer}` at this zone find all of it), and the consumer is
+providers and those of at most one zone below (a child's, or deeper: the
+child claims them where they are and answers with the path; so `GET` and
+`DELETE /allocations/{consumer}` at this zone find all of it), and it is
 new (its `consumer_generation` null): an existing consumer's allocations
-are changed in the zone that holds them.
+are changed in the zone that holds them. A consumer on this zone's pool, a
+child's own pool and a grandchild's host at once is refused by the child
+(it claims one zone's providers).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class _Part:
     zone: str  # LOCAL or a child's name
     body: dict[str, Any]
     consumers: list[str] = field(default_factory=list)
+    path: list[str] = field(default_factory=list)  # below the child, where it was held
 
 
 def parts_of(claims: Sequence[store.ConsumerClaim], owner: Mapping[str, str],
@@ -115,17 +120,18 @@ async def write(tree: ZoneTree, claims: Sequence[store.ConsumerClaim],
     for part in parts:
         part.body["request_id"] = part_id(attempt.request_id, tree.config.name)
         await tree.record_part(attempt, part.zone, part.body["request_id"], part.consumers)
-    got = await asyncio.gather(*(_hold(tree, kids, p) for p in parts), return_exceptions=True)
-    failed = [g for g in got if isinstance(g, BaseException)]
-    if failed:
+    # One zone after another, this zone first, then the children by name: two
+    # writes of the same consumers meet at the same first zone, where one
+    # waits for or loses to the other, so one of them is made (asked all at
+    # once, each could hold a part the other needs and both be refused).
+    try:
+        for part in parts:
+            await _hold(tree, kids, part)
+    except BaseException as exc:
         await asyncio.shield(tree.give_up(attempt))
-        refusals = [f.error for f in failed if isinstance(f, _Refused)]
-        outage = [f for f in refusals if isinstance(f, errors.ServiceUnavailable)]
-        if outage:
-            raise outage[0]
-        if refusals:
-            raise refusals[0]
-        raise failed[0]
+        if isinstance(exc, _Refused):
+            raise exc.error from None
+        raise
     try:
         await _confirm(tree, parts, attempt)
     except BaseException:
@@ -156,7 +162,10 @@ async def _hold(tree: ZoneTree, kids: Mapping[str, Any], part: _Part) -> None:
             f"({reply.reason}): nothing was written", retry_after=1.0))
     if reply.status == 200:
         try:
-            protocol.read_claim_answer(part.consumers, reply.body)
+            answer = protocol.read_claim_answer(part.consumers, reply.body)
+            # Claimed further down when the providers are a grandchild's:
+            # confirmed and released along that path.
+            part.path = [str(z) for z in answer.get("path", [])]
         except protocol.Faulty as exc:
             tree.health_of(child.name).failed(f"faulty: {exc.reason}", faulty=True)
             await tree.note_in_doubt(child.name, part.body["request_id"], part.consumers,
@@ -188,7 +197,7 @@ async def _confirm(tree: ZoneTree, parts: Sequence[_Part], attempt: Attempt) -> 
         if part.zone == LOCAL:
             continue
         status = await shared.confirm_part(
-            tree, {"child": part.zone, "path": [], "consumers": part.consumers},
+            tree, {"child": part.zone, "path": part.path, "consumers": part.consumers},
             attempt.deadline)
         if status == 404:
             raise expired

@@ -20,8 +20,8 @@ from strato.api.responses import json_response
 from strato.model import errors
 from strato.model.location import LocationError, canonical_location, canonical_tags
 from strato.store import children as store
-from strato.store import provisional
-from strato.zone import attempt
+from strato.store import providers, provisional
+from strato.zone import attempt, subtree
 from strato.zone.protocol import TOKEN_PATTERN
 from strato.zone.tree import ZoneTree
 
@@ -254,7 +254,44 @@ async def create_claim(request: Request, body: ClaimRequest) -> Response:
     payload = body.model_dump(mode="json")
     if body.path:
         return await _forward(tree, "/strato/v1/claims", payload)
+    owner = await _owner_below(request, tree, body)
+    if owner is not None:
+        # Providers of a zone below (a parent writing allocations across zones
+        # knows only which child has them): claimed there, and the answer
+        # says the path, for the confirm or release that follows.
+        reply = await tree.forward_claim("/strato/v1/claims", {**payload, "path": [owner]})
+        answer = reply.body
+        if reply.status == 200 and isinstance(answer, dict):
+            below = answer.get("path")
+            answer = {**answer, "path": [owner, *(below if isinstance(below, list) else [])]}
+        return json_response(answer, reply.status)
     return json_response(await run_in_threadpool(tree.local.claim_placements, payload))
+
+
+async def _owner_below(request: Request, tree: ZoneTree, body: ClaimRequest) -> str | None:
+    """The child whose subtree has the providers `body` names, when none is
+    this zone's; None when they are this zone's (or it has no children).
+    400 when they are of several zones, or of none."""
+    named = sorted({rp for p in body.placements for rp in p.allocations})
+    if not named or not await tree.children():
+        return None
+
+    def here() -> set[str]:
+        with deps.db(request).read() as conn:
+            return set(providers.providers_by_uuid(conn, named))
+    local = await run_in_threadpool(here)
+    if len(local) == len(named):
+        return None
+    if local:
+        raise errors.BadRequest("placements: the providers named are of this zone and of "
+                                "zones below it; claim each zone's part there")
+    owner = await subtree.owner_of(tree, tree.provider_zones, set(named), "1.39")
+    if owner.child is None:
+        raise errors.BadRequest(
+            f"placements: provider {owner.unknown} is in no zone here or below"
+            if owner.unknown else "placements: the providers named are of several zones "
+            f"below ({', '.join(owner.zones)}); claim each zone's part there")
+    return owner.child.name
 
 
 @router.post("/claims/confirm")
