@@ -39,6 +39,10 @@ history lines that led to it:
   differently (a duplicate id placed twice).
 * refused_but_held: every answer was a definite refusal, yet it holds.
 * unacknowledged_but_held: no 200 ever, yet it holds.
+* partial_write: a Nova-style allocations write across zones (PUT at the
+  root naming the root's pool and a cell's host; a 204 reads as a 200, a
+  fresh consumer's 409 as a refusal) with no definite answer holds some of
+  its parts but not all, or other amounts than written.
 * unplaced_but_held: atomic=false, the answer listed it unplaced, yet it holds.
 * released_but_held: the client released it (every DELETE 204/404), yet a
   zone its answer named still holds it (parts elsewhere: placed_twice).
@@ -198,12 +202,28 @@ class Checker:
                 continue
             refused_only = bool(req.attempts) and all(a.outcome == "refused"
                                                       for a in req.attempts)
+            if req.kind == "nova" and not refused_only:
+                self._write_unknown(req)
+                continue
             for consumer in req.consumers:
                 held = self.snap.held(consumer)
                 if held:
                     kind = "refused_but_held" if refused_only else "unacknowledged_but_held"
                     self._add(kind, f"no 200 for this request, yet held: {held}", req,
                               consumer, list(held))
+
+    def _write_unknown(self, req: Request) -> None:
+        """An allocations write across zones with no definite answer: made
+        whole (every zone's part, as written) or not at all."""
+        owners = self.cluster.owners()
+        want: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
+        for rp, a in req.body["allocations"].items():
+            want[owners.get(rp, "?")][rp] = {rc: int(n) for rc, n in a["resources"].items()}
+        for consumer in req.consumers:
+            held = self.snap.held(consumer)
+            if held and held != dict(want):
+                self._add("partial_write", f"a write with no definite answer holds {held}, "
+                          f"not all or nothing of {dict(want)}", req, consumer, list(held))
 
     def _acknowledged(self, req: Request, oks: list[Any]) -> None:
         first = oks[0].answer

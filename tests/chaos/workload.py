@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from tests.chaos.cluster import HEADERS, Cluster
-from tests.chaos.history import Attempt, History, Release, Request, RoomSample
+from tests.chaos.history import NO_VALID, Attempt, History, Release, Request, RoomSample
 
 PATIENT_TIMEOUT = 8.0
 # Above this many live consumers a client releases instead of placing: the
@@ -33,7 +33,7 @@ RETRIES = 3
 # Relative weights of the operations a client picks from.
 MIX: dict[str, int] = {"plain": 20, "multi": 12, "anti": 12, "gang": 6, "spread": 6,
                        "pool_disk": 10, "pool_ip": 8, "duplicate": 8, "impatient": 8,
-                       "release": 22}
+                       "nova": 8, "release": 22}
 
 
 def zone_of(path: str) -> str:
@@ -101,7 +101,7 @@ class Workload:
             "gang": self._gang, "spread": self._spread,
             "pool_disk": self._pool_disk, "pool_ip": self._pool_ip,
             "duplicate": self._duplicate, "impatient": self._impatient,
-            "release": self._release}
+            "nova": self._nova, "release": self._release}
         names, weights = list(MIX), list(MIX.values())
         with httpx.Client(base_url=self.cluster.root.url, headers=HEADERS) as c:
             while not self._stop.is_set():
@@ -227,6 +227,56 @@ class Workload:
         self.schedule(c, "impatient", body, self._new_id(rng), who,
                       first_timeout=rng.uniform(0.05, 0.6))
 
+    def _nova(self, c: httpx.Client, rng: random.Random, who: str) -> None:
+        """Nova's way, at the root: allocation candidates that take disk from the
+        root's pool and the rest from a cell's host, then one PUT
+        /allocations/{consumer} for the one picked: a write across two zones,
+        all or nothing. No request id: a write without a definite answer is
+        not retried, and the checker holds it to all or nothing."""
+        consumer = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        try:
+            r = c.get("/allocation_candidates", timeout=PATIENT_TIMEOUT, params={
+                "resources": f"VCPU:1,DISK_GB:{rng.choice([10, 20])}", "limit": "5"})
+            cands = r.json().get("allocation_requests") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return
+        if not cands:
+            return
+        allocations = rng.choice(cands)["allocations"]
+        body = {"allocations": allocations, "project_id": "chaos", "user_id": "chaos",
+                "consumer_generation": None, "consumer_type": "INSTANCE"}
+        req = self.history.request(f"nova-{consumer}", "nova",
+                                   {**body, "consumers": [consumer]})
+        att = Attempt(who, 1, self.history.now(), PATIENT_TIMEOUT)
+        try:
+            r = c.put(f"/allocations/{consumer}", json=body, timeout=PATIENT_TIMEOUT)
+            att.status = r.status_code
+            if r.status_code == 204:
+                att.status = 200  # the write's 204, read as a schedule answer's 200
+                att.answer = self._written(consumer, allocations)
+            else:
+                err = r.json()["errors"][0]
+                # A fresh consumer's 409 is a definite no: nothing was written.
+                att.code = NO_VALID if r.status_code == 409 else err.get("code")
+                att.error = str(err.get("detail", ""))[:300]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+            att.error = f"{type(exc).__name__}: {exc}"[:300]
+        att.done = self.history.now()
+        self.history.add_attempt(req, att)
+        if att.answer is not None:
+            self._acknowledged(req.request_id, att.answer)
+
+    def _written(self, consumer: str, allocations: dict[str, Any]) -> dict[str, Any]:
+        """A written consumer as a schedule answer places it: the host's zone,
+        and each provider's own zone (the pool's: the root)."""
+        owners = self.cluster.owners()
+        host = next((rp for rp in allocations if rp in self.cluster.hosts),
+                    next(iter(allocations)))
+        return {"placements": [{
+            "consumer_uuid": consumer, "zone": owners.get(host, "?"), "provider": host,
+            "allocations": {rp: {"resources": a["resources"], "zone": owners.get(rp, "?")}
+                            for rp, a in allocations.items()}}]}
+
     def schedule(self, c: httpx.Client, kind: str, body: dict[str, Any], rid: str, who: str,
                  *, first_timeout: float | None = None, retries: int = RETRIES) -> Request:
         req = self.history.request(rid, kind, {**body, "request_id": rid})
@@ -314,7 +364,10 @@ class Workload:
         """Resend, with the same id and body, every request that never got a
         definite answer, as its client would once the tree is back. Returns
         how many were resent."""
-        todo = [r for r in self.history.requests.values() if not r.resolved()]
+        # A write without a request id (kind nova) is not resent: the checker
+        # holds it to all or nothing.
+        todo = [r for r in self.history.requests.values()
+                if not r.resolved() and r.kind != "nova"]
         with httpx.Client(base_url=self.cluster.root.url, headers=HEADERS) as c:
             for req in todo:
                 for n in range(1, RETRIES + 1):
