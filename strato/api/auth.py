@@ -36,6 +36,9 @@ class Context:
     roles: frozenset[str] = field(default_factory=frozenset)
     # A system-scoped token (no project): Placement's rules are all project-scoped.
     system_scope: bool = False
+    # This zone's parent, with the link token (set by WithZoneTokens alone, not
+    # by a role of that name from another strategy).
+    zone_link: bool = False
 
     @property
     def is_admin(self) -> bool:
@@ -112,7 +115,8 @@ class WithZoneTokens:
                  link: str | None = None) -> None:
         self.inner = inner
         self._tokens = [(t.encode(), Context(user_id=user, project_id=None,
-                                             roles=frozenset({role})))
+                                             roles=frozenset({role}),
+                                             zone_link=role == PARENT_ROLE))
                         for t, user, role in ((registration, "zone", REGISTRATION_ROLE),
                                               (link, "parent-zone", PARENT_ROLE)) if t]
         slow = getattr(inner, "authenticate_async", None)

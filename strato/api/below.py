@@ -257,7 +257,10 @@ class ProvidersBelow:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        named = subtree.named_providers(body)
+        try:
+            named = subtree.named_providers(body)
+        except (AttributeError, TypeError, ValueError):
+            named = None  # not an allocations body: the route's 400
         if not named:
             consumer = _CONSUMER.match(scope["path"])
             if named is None or consumer is None:
@@ -267,6 +270,16 @@ class ProvidersBelow:
             return
         here = {u for u in named if await self._here(u)}
         if here == named:
+            try:
+                for c in _emptied(scope["path"], body):
+                    if await self._spans(c):
+                        raise errors.BadRequest(
+                            f"consumer {c}: its allocations span this zone and one below; "
+                            "remove them with DELETE /allocations/{consumer} or an empty "
+                            "PUT, not in a POST that writes others")
+            except errors.StratoError as exc:
+                await strato_error_response(exc, rid)(scope, receive, send)
+                return
             await self.app(scope, replay_body(raw, receive), send)
             return
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
@@ -310,9 +323,12 @@ class ProvidersBelow:
     async def _release(self, consumer: str, body: Any, raw: bytes, scope: Scope,
                        receive: Receive, send: Send, rid: str | None) -> None:
         """An empty PUT: the consumer's allocations are removed where they are
-        (here if it has any here; else in the zone below that holds it)."""
-        if not await self._is_below(consumer):
-            await self.app(scope, replay_body(raw, receive), send)
+        (here if it has any here; else in the zone below that holds it; both
+        for a consumer on a pool here and a host below)."""
+        generation = await self._generation_here(consumer)
+        if generation is not None:
+            await self._release_both(consumer, generation, body, raw, scope, receive, send,
+                                     rid)
             return
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         try:
@@ -327,14 +343,42 @@ class ProvidersBelow:
             return
         await _answer(reply, scope, receive, send)
 
-    async def _is_below(self, consumer: str) -> bool:
-        """The consumer has no allocations here (it may have some below)."""
+    async def _release_both(self, consumer: str, generation: int | None, body: Any,
+                            raw: bytes, scope: Scope, receive: Receive, send: Send,
+                            rid: str | None) -> None:
+        """A consumer with allocations here, and perhaps below too (a pool here
+        and a host below): the client's consumer generation is this zone's
+        (as GET /allocations/{consumer} shows it); when it matches, the part
+        below is deleted first (503, nothing changed, if that zone does not
+        answer), then this zone's route removes its own."""
+        v = scope.get(microversion.SCOPE_KEY)
+        given = body.get("consumer_generation") if isinstance(body, dict) else None
+        if (isinstance(v, microversion.Version) and v >= microversion.V1_28
+                and given != generation):
+            await self.app(scope, replay_body(raw, receive), send)  # its 409
+            return
+        try:
+            await subtree.delete_consumer(self.state.tree, consumer)
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid)(scope, receive, send)
+            return
+        await self.app(scope, replay_body(raw, receive), send)
+
+    async def _generation_here(self, consumer: str) -> int | None:
+        """The consumer's generation here when it has allocations here, else None."""
         db = self.state.db
 
-        def look() -> bool:
+        def look() -> int | None:
             with db.read() as conn:
-                return not allocations.get_consumer_allocations(conn, consumer).allocations
+                found = allocations.get_consumer_allocations(conn, consumer)
+            return (found.generation or 0) if found.allocations else None
         return await run_in_threadpool(look)
+
+    async def _spans(self, consumer: str) -> bool:
+        """The consumer has allocations here and below (written across zones)."""
+        if await self._generation_here(consumer) is None:
+            return False
+        return await subtree.find_consumer(self.state.tree, consumer) is not None
 
     async def _here(self, uuid: str) -> bool:
         """The provider is this zone's (its route's 404 was about something
@@ -370,6 +414,20 @@ async def _rewritten(headers: list[tuple[bytes, bytes]], content: bytes, missing
         out.append((INCOMPLETE.encode(), ", ".join(missing).encode()))
     await send({"type": "http.response.start", "status": 200, "headers": out})
     await send({"type": "http.response.body", "body": content})
+
+
+def _emptied(path: str, body: Any) -> list[str]:
+    """The consumers a POST /allocations body empties (allocations {})."""
+    if path != "/allocations" or not isinstance(body, dict):
+        return []
+    out = []
+    for c, one in body.items():
+        if isinstance(one, dict) and one.get("allocations") == {}:
+            try:
+                out.append(allocation_routes.canonical_uuid(str(c)))
+            except ValueError:
+                continue  # the route's 400
+    return out
 
 
 def _consumers(path: str, body: Any) -> list[str]:

@@ -25,9 +25,10 @@ def context(request: Request) -> Context:
 
 # What a parent zone may ask of this zone with its link token (role
 # parent_zone): the zone protocol, and the provider metadata it routes from
-# above (issue 14). Not: this zone's children, the UI, agents' heartbeats.
+# above (issue 14), and the list of this zone's children (its UI shows them).
+# Not: adding or removing children, the UI, agents' heartbeats.
 PARENT_ACTIONS = frozenset({
-    "strato:summary:show", "strato:groups:show", "strato:schedule:create",
+    "strato:summary:show", "strato:children:list", "strato:groups:show", "strato:schedule:create",
     "strato:schedule:explain", "strato:claims:create", "strato:claims:confirm",
     "strato:claims:release", "strato:requests:cancel", "strato:providers:list",
     "strato:providers:meta:show", "strato:providers:meta:update",
@@ -42,7 +43,8 @@ PARENT_DENIED = frozenset({"placement:reshaper:reshape", "placement:resource_pro
 
 def is_parent(ctx: Context) -> bool:
     """The caller is this zone's parent, with the link token (and no admin role)."""
-    return PARENT_ROLE in ctx.roles and not ctx.is_admin and not ctx.system_scope
+    return (ctx.zone_link and PARENT_ROLE in ctx.roles and not ctx.is_admin
+            and not ctx.system_scope)
 
 
 def require_admin(request: Request, action: str) -> Context:

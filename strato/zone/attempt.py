@@ -142,13 +142,14 @@ class Attempt:
         return now + max(0.0, min(cap, (left - keep) * share))
 
 
-_PART_TAIL = re.compile(r"@[^@#/]{1,255}#[0-9a-f]{8}$")
+_PART_TAIL = re.compile(r"@([^@#/]{1,255})#[0-9a-f]{8}$")
 
 
-def is_part_id(request_id: str) -> bool:
-    """Whether `request_id` has the shape of a part a zone asks of another (a
-    parent's request to its child), as `part_id` makes them."""
-    return _PART_TAIL.search(request_id) is not None
+def part_zone(request_id: str) -> str | None:
+    """The zone that made `request_id`, if it is a part id as `part_id` makes
+    them (a parent's request to its child, or a zone's own local part)."""
+    found = _PART_TAIL.search(request_id)
+    return found.group(1) if found else None
 
 
 def part_id(request_id: str, zone: str) -> str:

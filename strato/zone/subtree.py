@@ -449,11 +449,14 @@ async def pooled(tree: Tree, query: str, version: str, scorer: Any,
     sharing provider here (MISC_SHARES_VIA_AGGREGATE) and the rest from a
     child's providers in that provider's aggregates, as Placement combines a
     sharing provider with a compute node: (the sources to merge, the children
-    that could not say). A request of one unnamed group only; `required`,
-    `member_of` and `limit` go to the children with the rest of the request.
+    that could not say). A request of one unnamed group only. `member_of`,
+    `required` and `limit` go to the children with the rest of the request;
+    forbidden traits (`!TRAIT`) to the pool too (no provider of a candidate
+    may have one), required ones to the children only (a candidate whose
+    pool alone has one is not offered: fewer candidates, never a wrong one).
     `pools(classes)`: this zone's sharing providers with room for `classes`,
     best first, with their aggregates; `own_ask(query)`: this zone's own
-    candidates for a query (the pool's, with its summary in the client's
+    candidates for a query (the pools', with their summaries in the client's
     microversion)."""
     parsed = _pool_query(query)
     major, _, minor = version.partition(".")
@@ -461,6 +464,8 @@ async def pooled(tree: Tree, query: str, version: str, scorer: Any,
         return [], []
     asked = (int(major), int(minor))
     demand, others = parsed
+    if asked < MANY_MEMBER_OF and any(k == "member_of" for k, _ in others):
+        return [], []  # one member_of only before 1.24: the pool's cannot be added
     offered: set[str] = set()
     for cached in tree.cache.values():
         classes = (cached.body or {}).get("classes")
@@ -474,38 +479,57 @@ async def pooled(tree: Tree, query: str, version: str, scorer: Any,
             if _child_bound(tree, c.name, rest, scorer) > NO_ROOM]
     if not kids:
         return [], []
-    sources: list[Source] = []
-    missing: list[str] = []
-    for provider, aggs in (await pools(shared))[:MAX_POOLS]:
-        if not aggs:
-            continue
-        mine = await own_ask(urlencode([("resources", _amounts(shared))]))
-        if not mine or not any({u for u, _, _ in _items(a)} == {provider}
-                               for a in mine.get("allocation_requests", [])):
-            continue
-        summary = {u: e for u, e in mine.get("provider_summaries", {}).items()
-                   if u == provider}
-        q = urlencode([("resources", _amounts(rest)), *others,
-                       ("member_of", "in:" + ",".join(aggs))])
+    chosen = [(p, aggs) for p, aggs in (await pools(shared)) if aggs][:MAX_POOLS]
+    if not chosen:
+        return [], []
+    forbidden = [t for k, v in others if k == "required" and not v.startswith("in:")
+                 for t in v.split(",") if t.startswith("!")]
+    mine = await own_ask(urlencode([("resources", _amounts(shared)),
+                                    *([("required", ",".join(forbidden))] if forbidden
+                                      else [])]))
+    offers = {next(iter(_items(a)))[0] for a in (mine or {}).get("allocation_requests", [])
+              if len({u for u, _, _ in _items(a)}) == 1}
+    chosen = [(p, aggs) for p, aggs in chosen if p in offers]
+    summaries_here = (mine or {}).get("provider_summaries", {})
+
+    async def one(provider: str, aggs: tuple[str, ...]) -> tuple[list[Source], list[str]]:
         # member_of came with 1.21: children are asked at least at that, and
         # their answers put back in the client's shape.
+        q = urlencode([("resources", _amounts(rest)), *others,
+                       ("member_of", "in:" + ",".join(aggs))])
         answers, lacking = await _ask_all(tree, f"/allocation_candidates?{q}", _Candidates,
                                           "allocation candidates",
                                           ".".join(map(str, max(asked, MEMBER_OF))), kids)
-        missing += [m.child for m in lacking]
-        for _, body in answers:
+        missing = [m.child for m in lacking]
+        summary = {u: e for u, e in summaries_here.items() if u == provider}
+        out: list[Source] = []
+        for c, body in answers:
             try:
+                for a in body.allocation_requests:
+                    _items(a)  # well-formed, as candidates() checks its own
                 areqs = [_older(_with_pool(a, provider, shared), asked)
                          for a in body.allocation_requests]
             except (AttributeError, TypeError, ValueError, KeyError):
+                tree.health_of(c.name).failed("faulty: allocation candidates", faulty=True)
+                missing.append(c.name)
                 continue
             summaries = body.provider_summaries
             if asked < TRAITS_IN_SUMMARIES:
                 summaries = {u: {k: v for k, v in e.items() if k != "traits"}
                              for u, e in summaries.items()}
             if areqs:
-                sources.append((areqs, {**summaries, **summary}))
+                out.append((areqs, {**summaries, **summary}))
+        return out, missing
+    sources: list[Source] = []
+    missing: list[str] = []
+    for got, lacking in await asyncio.gather(*(one(p, aggs) for p, aggs in chosen)):
+        sources += got
+        missing += [m for m in lacking if m not in missing]
     return sources, missing
+
+
+MAX_POOLS = 3
+MANY_MEMBER_OF = (1, 24)
 
 
 MEMBER_OF = (1, 21)
@@ -521,9 +545,6 @@ def _older(areq: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
     return {"allocations": [{"resource_provider": {"uuid": u},
                              "resources": dict(share["resources"])}
                             for u, share in alloc.items()]}
-
-
-MAX_POOLS = 3
 
 
 def _amounts(amounts: Mapping[str, int]) -> str:

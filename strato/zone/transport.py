@@ -282,7 +282,9 @@ class InProcessTransport(_Traced):
         self.delays: dict[str, float] = {}
 
     def register(self, url: str, app: Any) -> None:
+        """Serve `url` with `app` (again: its next call goes to the new app)."""
         self._apps[url.rstrip("/")] = app
+        self._clients.pop(url.rstrip("/"), None)  # in-process: no socket to close
 
     def _matches(self, faults: Any, key: str, path: str) -> bool:
         return key in faults or f"{key} {path.split('?')[0]}" in faults

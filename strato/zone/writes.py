@@ -112,6 +112,7 @@ async def write(tree: ZoneTree, claims: Sequence[store.ConsumerClaim],
     attempt = Attempt(f"alloc-{uuid.uuid4().hex}", now + tree.config.request_timeout)
     parts = parts_of(claims, owner, tree.config.hold_ttl,
                      attempt.child_deadline(tree.config.child_timeout))
+    await _refuse_existing(tree, claims, owner)
     kids = {c.name: c for c in await tree.children()}
     missing = sorted({p.zone for p in parts if p.zone != LOCAL and p.zone not in kids})
     if missing:
@@ -143,6 +144,33 @@ async def write(tree: ZoneTree, claims: Sequence[store.ConsumerClaim],
         if p.zone != LOCAL:
             for c in p.consumers:
                 tree.consumer_zones.learn(c, p.zone)
+
+
+async def _refuse_existing(tree: ZoneTree, claims: Sequence[store.ConsumerClaim],
+                           owner: Mapping[str, str]) -> None:
+    """409 for a consumer that has allocations already, here or in a zone below
+    this zone knows of (each zone a part goes to refuses one it holds, too):
+    a write across zones makes new consumers."""
+    consumers = [c.consumer_uuid for c in claims]
+
+    def here() -> list[str]:
+        with tree.db.read() as conn:
+            return [c for c in consumers
+                    if store.get_consumer_allocations(conn, c).allocations]
+    existing = await run_in_threadpool(here)
+    if existing:
+        raise errors.Conflict(
+            f"consumer generation conflict - consumer {existing[0]} already has allocations "
+            "in this zone: a write across zones makes a new consumer; change this one where "
+            "it is",
+            errors.CONCURRENT_UPDATE)
+    for claim in claims:
+        known = tree.consumer_zones.get(claim.consumer_uuid)
+        if known is not None and known not in {owner.get(rp) for rp in claim.allocations}:
+            raise errors.Conflict(
+                f"consumer generation conflict - consumer {claim.consumer_uuid} already has "
+                f"allocations in zone {known}: a write across zones makes a new consumer",
+                errors.CONCURRENT_UPDATE)
 
 
 async def _hold(tree: ZoneTree, kids: Mapping[str, Any], part: _Part) -> None:

@@ -36,6 +36,7 @@ def test_the_link_token_is_the_parents_protocol_and_nothing_else(app_client: Tes
     link = _as("link")
     for method, path, body in (
             ("GET", "/strato/v1/summary", None),
+            ("GET", "/strato/v1/children", None),
             ("GET", "/resource_providers", None),
             ("GET", f"/resource_providers/{rp}/inventories", None),
             ("PUT", f"/resource_providers/{rp}/traits",
@@ -49,7 +50,6 @@ def test_the_link_token_is_the_parents_protocol_and_nothing_else(app_client: Tes
         r = c.request(method, path, json=body, headers=link)
         assert r.status_code not in (401, 403), (method, path, r.status_code, r.text)
     for method, path, body in (
-            ("GET", "/strato/v1/children", None),
             ("POST", "/strato/v1/children", {"name": "x", "url": "http://127.0.0.1:9"}),
             ("DELETE", "/strato/v1/children/x", None),
             ("POST", "/resource_providers", {"name": "new"}),
@@ -57,9 +57,20 @@ def test_the_link_token_is_the_parents_protocol_and_nothing_else(app_client: Tes
             ("POST", "/reshaper", {"inventories": {}, "allocations": {}}),
             ("POST", f"/strato/v1/providers/{rp}/heartbeat", {}),
             ("GET", "/ui", None),
-            ("POST", "/strato/v1/requests/cancel", {"request_id": "a-clients-request"})):
+            ("POST", "/strato/v1/requests/cancel", {"request_id": "a-clients-request"}),
+            # ... nor this zone's own parts (ids it made itself).
+            ("POST", "/strato/v1/requests/cancel", {"request_id": "r2@local#0123abcd"})):
         r = c.request(method, path, json=body, headers=link)
         assert r.status_code == 403, (method, path, r.status_code, r.text)
+
+
+def test_a_role_named_parent_zone_from_elsewhere_is_not_the_link(app_client: TestClient
+                                                                 ) -> None:
+    """Only the link token makes a caller this zone's parent: a token that
+    merely carries a role of that name (development mode's X-Roles, or a
+    Keystone role) gets nothing from it."""
+    r = app_client.get("/strato/v1/summary", headers=_as("u:p", "parent_zone"))
+    assert r.status_code == 403, r.text
 
 
 def test_the_registration_token_registers_and_nothing_else(app_client: TestClient) -> None:

@@ -301,3 +301,71 @@ def test_a_write_reaches_a_grandchilds_host_next_to_the_roots_pool(tmp_path: Pat
         assert used(tree, "global") == 0 and used(tree, "leaf") == 0
         check(tree)
     run(tmp_path, scenario, make3)
+
+
+def test_a_consumer_across_zones_is_released_whole_and_never_written_twice(
+        tmp_path: Path) -> None:
+    """Nova deletes an instance with an empty PUT (its generation as the root
+    shows it): both parts go. An existing consumer is not written across
+    zones again (409), and a POST that empties one is a clear 400."""
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root = tree.client("global")
+        h = await host(tree, "c1-h0")
+        c = str(uuid.uuid4())
+        r = await root.put(f"/allocations/{c}", headers=H,
+                           json=claim({h: {"VCPU": 2}, pool: {"DISK_GB": 100}}))
+        assert r.status_code == 204, r.text
+        # Written again as new: refused, here and through the index alike.
+        r = await root.put(f"/allocations/{c}", headers=H,
+                           json=claim({await host(tree, "c1-h1"): {"VCPU": 1},
+                                       pool: {"DISK_GB": 1}}))
+        assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
+        r = await root.post("/allocations", headers=H, json={
+            c: {"allocations": {}, "project_id": "p", "user_id": "u",
+                "consumer_generation": 1, "consumer_type": "INSTANCE"},
+            str(uuid.uuid4()): claim({pool: {"DISK_GB": 1}})})
+        assert r.status_code == 400 and "span" in r.text, r.text
+        got = (await root.get(f"/allocations/{c}", headers=H)).json()
+        # A stale generation: 409, nothing released anywhere.
+        r = await root.put(f"/allocations/{c}", headers=H, json={
+            "allocations": {}, "project_id": "p", "user_id": "u", "consumer_type": "INSTANCE",
+            "consumer_generation": got["consumer_generation"] + 5})
+        assert r.status_code == 409, r.text
+        assert used(tree, "global") == 100 and used(tree, "c1") == 2
+        r = await root.put(f"/allocations/{c}", headers=H, json={
+            "allocations": {}, "project_id": "p", "user_id": "u", "consumer_type": "INSTANCE",
+            "consumer_generation": got["consumer_generation"]})
+        assert r.status_code == 204, r.text
+        assert used(tree, "global") == 0 and used(tree, "c1") == 0
+        check(tree)
+    run(tmp_path, scenario)
+
+
+def test_pool_candidates_honour_forbidden_traits_and_survive_a_lying_cell(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root = tree.client("global")
+        base = "/allocation_candidates?resources=VCPU:1,DISK_GB:10"
+        r = await root.get(base + "&required=!MISC_SHARES_VIA_AGGREGATE", headers=H)
+        assert r.status_code == 200 and r.json()["allocation_requests"] == [], r.text
+        r = await root.get(base + "&required=!HW_CPU_X86_AVX2", headers=H)
+        assert len(r.json()["allocation_requests"]) == 2, r.text
+        # c1 answers candidates that are not candidates: left out, never a 500.
+        real = tree.apps["c1"]
+
+        async def liar(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and scope["path"] == "/allocation_candidates":
+                body = b'{"allocation_requests": [{"allocations": {"x": 5}}], ' \
+                       b'"provider_summaries": {}}'
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+            await real(scope, receive, send)
+        tree.transport.register(tree.url("c1"), liar)
+        r = await root.get(base, headers=H)
+        assert r.status_code == 200, r.text
+        assert r.json()["allocation_requests"] == []
+        assert "c1" in r.headers["x-strato-incomplete"]
+    run(tmp_path, scenario)

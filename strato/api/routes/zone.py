@@ -340,11 +340,13 @@ async def cancel_request(request: Request, body: CancelRequest) -> Response:
     those that do not answer get it when they answer again.
 
     Only the zone that sent the request may cancel it: the parent, with its
-    link token, for the requests it sends (ids it made, `…@zone#…`), or an
-    admin; a service user may not cancel another caller's request."""
+    link token, for the requests it sends (ids it made, `…@parent#…`, never
+    this zone's own parts), or an admin; a service user may not cancel
+    another caller's request."""
     ctx = deps.require_admin(request, "strato:requests:cancel")
-    if "admin" not in ctx.roles and not (deps.is_parent(ctx)
-                                         and attempt.is_part_id(body.request_id)):
+    maker = attempt.part_zone(body.request_id)
+    if "admin" not in ctx.roles and not (deps.is_parent(ctx) and maker is not None
+                                         and maker != tree_of(request).config.name):
         raise errors.Forbidden(
             "Policy does not allow strato:requests:cancel to be performed: a request is "
             "cancelled only by the zone that sent it (its parent zone) or an admin")
