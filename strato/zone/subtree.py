@@ -554,6 +554,13 @@ def _amounts(amounts: Mapping[str, int]) -> str:
 def _pool_query(query: str) -> tuple[dict[str, int], list[tuple[str, str]]] | None:
     """(the amounts, the other parameters the children get) of a request of
     one unnamed group; None for anything else."""
+    return _one_group(query, ("limit", "required", "member_of"))
+
+
+def _one_group(query: str, others_allowed: Sequence[str]
+               ) -> tuple[dict[str, int], list[tuple[str, str]]] | None:
+    """(the amounts, the other parameters) of a request of one unnamed group
+    whose other parameters are all `others_allowed`; None for anything else."""
     demand: dict[str, int] | None = None
     others: list[tuple[str, str]] = []
     for k, v in parse_qsl(query):
@@ -564,7 +571,7 @@ def _pool_query(query: str) -> tuple[dict[str, int], list[tuple[str, str]]] | No
                 demand = {rc: int(n) for rc, n in (p.split(":") for p in v.split(","))}
             except ValueError:
                 return None
-        elif k in ("limit", "required", "member_of"):
+        elif k in others_allowed:
             others.append((k, v))
         else:
             return None
@@ -607,18 +614,8 @@ def _ranked(sources: Sequence[tuple[list[dict[str, Any]], dict[str, Any]]], scor
 def _plain_demand(query: str) -> dict[str, int] | None:
     """The amounts of a request of one unnamed group (`resources=` and
     filters that do not change scores); None for anything else."""
-    demand: dict[str, int] | None = None
-    for k, v in parse_qsl(query):
-        if k == "resources":
-            if demand is not None:
-                return None
-            try:
-                demand = {rc: int(n) for rc, n in (p.split(":") for p in v.split(","))}
-            except ValueError:
-                return None
-        elif k not in ("limit", "required", "member_of", "in_tree", "root_required"):
-            return None
-    return demand
+    found = _one_group(query, ("limit", "required", "member_of", "in_tree", "root_required"))
+    return None if found is None else found[0]
 
 
 def _child_bound(tree: Tree, name: str, demand: Mapping[str, int], scorer: Any) -> float:
