@@ -109,6 +109,10 @@ class TreeConfig:
     # `best` mode: how many children (the summaries' best) get a dry run at
     # once; the next as many only if none of them can place the request.
     best_width: int = 3
+    # ... and at a zone whose parent asked for the dry run (its plan is one
+    # of the parent's options): the zones below compare fewer, so a tree of
+    # ten regions of ten cells plans in 3 cells, not 3 x 3.
+    best_nested_width: int = 1
     # Cross-zone placements: how long a held part lives unless confirmed.
     hold_ttl: float = 30.0
     # Answers kept by request id are forgotten after this long.
@@ -1103,8 +1107,11 @@ class ZoneTree:
         """`best` mode: dry runs of the `best_width` options the summaries rank
         highest (at once), the best plan claimed where it was made; the next
         `best_width` only if none of those could place or claim it. A tree of
-        ten regions of ten cells plans in 3 x 3 cells, not 100."""
-        width = max(1, self.config.best_width)
+        ten regions of ten cells plans in 3 cells (each region's summary-best
+        for the root's three best regions), not 100. A zone whose parent asked
+        compares `best_nested_width` options."""
+        width = max(1, self.config.best_width if req.hops == 0
+                    else self.config.best_nested_width)
         for lo in range(0, len(options), width):
             plans = await self._plans(req, options[lo:lo + width], outcomes)
             if req.dry_run or attempt is None:

@@ -244,3 +244,30 @@ def test_best_mode_plans_in_the_best_few_and_goes_on_only_if_they_cannot(tmp_pat
         assert asked[0] == first and len(asked) == 2, asked
         assert ans["placements"][0]["zone"].split("/")[-1] != first
     run(tmp_path, scenario)
+
+
+def test_best_mode_below_the_zone_asked_compares_fewer(tmp_path: Path) -> None:
+    """The root compares its children's plans; a child asked for a dry run
+    plans in its summary-best cell alone (best_nested_width 1), so dfw asks
+    one of its two rooms, not both."""
+    async def scenario(tree: InProcessTree) -> None:
+        names = {}
+        for z in ("dfw", "ord"):
+            names.update({c.url: c.name for c in await tree.apps[z].state.tree.children()})
+        asked: list[str] = []
+        real = tree.transport.call
+
+        async def counted(url: str, method: str, path: str, **kw: Any) -> Any:
+            if path == "/strato/v1/schedule" and (kw.get("json") or {}).get("dry_run") \
+                    and url in names:
+                asked.append(names[url])
+            return await real(url, method, path, **kw)
+        tree.transport.call = counted  # type: ignore[method-assign]
+        await schedule(tree, req(1, mode="best"))
+        assert sorted(asked) in (["dfw-r1", "ord-r1"], ["dfw-r2", "ord-r1"]), asked
+        asked.clear()
+        for z in tree.apps:
+            tree.apps[z].state.tree.config.best_nested_width = 3
+        await schedule(tree, req(1, mode="best"))
+        assert sorted(asked) == ["dfw-r1", "dfw-r2", "ord-r1"], asked
+    run(tmp_path, scenario)
