@@ -31,6 +31,18 @@ def claim(allocs: dict[str, dict[str, int]], **kw: Any) -> dict[str, Any]:
             "consumer_type": "INSTANCE", **kw}
 
 
+async def write(root: Any, consumer: str | uuid.UUID, allocs: dict[str, dict[str, int]],
+                **kw: Any) -> Any:
+    """PUT /allocations/{consumer} at the root: a new consumer's claim of `allocs`."""
+    return await root.put(f"/allocations/{consumer}", headers=H, json=claim(allocs, **kw))
+
+
+def emptied(generation: int) -> dict[str, Any]:
+    """An empty PUT body (Nova's release) at `generation`."""
+    return {"allocations": {}, "project_id": "p", "user_id": "u", "consumer_type": "INSTANCE",
+            "consumer_generation": generation}
+
+
 def used(tree: InProcessTree, zone: str) -> int:
     """Resources allocated in `zone`'s own store, all classes together."""
     with tree.dbs[zone].read() as conn:
@@ -43,8 +55,7 @@ def test_a_consumer_on_the_roots_pool_and_a_cells_host(tmp_path: Path) -> None:
         root = tree.client("global")
         h = await host(tree, "c1-h0")
         c = str(uuid.uuid4())
-        r = await root.put(f"/allocations/{c}", headers=H,
-                           json=claim({h: {"VCPU": 2}, pool: {"DISK_GB": 100}}))
+        r = await write(root, c, {h: {"VCPU": 2}, pool: {"DISK_GB": 100}})
         assert r.status_code == 204, r.text
         assert own_allocations(tree, "global", c)[pool]["resources"] == {"DISK_GB": 100}
         assert own_allocations(tree, "c1", c)[h]["resources"] == {"VCPU": 2}
@@ -57,8 +68,7 @@ def test_a_consumer_on_the_roots_pool_and_a_cells_host(tmp_path: Path) -> None:
         r = await root.get("/usages?project_id=p", headers=H)
         assert r.json()["usages"]["INSTANCE"]["DISK_GB"] == 100
         # The same new consumer again: Placement's 409, nothing changes.
-        r = await root.put(f"/allocations/{c}", headers=H,
-                           json=claim({h: {"VCPU": 1}, pool: {"DISK_GB": 1}}))
+        r = await write(root, c, {h: {"VCPU": 1}, pool: {"DISK_GB": 1}})
         assert r.status_code == 409, r.text
         assert used(tree, "global") == 100 and used(tree, "c1") == 2
         r = await root.delete(f"/allocations/{c}", headers=H)
@@ -90,17 +100,14 @@ def test_a_post_across_two_cells_is_all_or_nothing(tmp_path: Path) -> None:
         assert used(tree, "c1") == 4 and used(tree, "c2") == 4 and used(tree, "global") == 10
         assert pending(tree, "global") == [] and pending(tree, "c1") == []
         # One consumer on two cells: a clear 400 (its reads would be split).
-        r = await root.put(f"/allocations/{uuid.uuid4()}", headers=H,
-                           json=claim({h1: {"VCPU": 1}, h2: {"VCPU": 1}}))
+        r = await write(root, uuid.uuid4(), {h1: {"VCPU": 1}, h2: {"VCPU": 1}})
         assert r.status_code == 400 and "not two" in r.text, r.text
         # An existing consumer is changed where it is, not across zones.
         gen = (await root.get(f"/allocations/{a}", headers=H)).json()["consumer_generation"]
-        r = await root.put(f"/allocations/{a}", headers=H, json=claim(
-            {h1: {"VCPU": 1}, pool: {"DISK_GB": 1}}, consumer_generation=gen))
+        r = await write(root, a, {h1: {"VCPU": 1}, pool: {"DISK_GB": 1}}, consumer_generation=gen)
         assert r.status_code == 400 and "existing consumer" in r.text, r.text
         # Bad input is the route's 400, naming the field; nothing written.
-        r = await root.put(f"/allocations/{uuid.uuid4()}", headers=H, json=claim(
-            {h1: {"VCPU": -1}, pool: {"DISK_GB": 1}}))
+        r = await write(root, uuid.uuid4(), {h1: {"VCPU": -1}, pool: {"DISK_GB": 1}})
         assert r.status_code == 400, r.text
         assert used(tree, "c1") == 4 and used(tree, "global") == 10
         check(tree)
@@ -112,8 +119,7 @@ def test_a_cell_that_does_not_answer_leaves_nothing_written(tmp_path: Path) -> N
         root = tree.client("global")
         h = await host(tree, "c1-h0")
         tree.kill("c1")
-        r = await root.put(f"/allocations/{uuid.uuid4()}", headers=H,
-                           json=claim({h: {"VCPU": 1}, pool: {"DISK_GB": 50}}))
+        r = await write(root, uuid.uuid4(), {h: {"VCPU": 1}, pool: {"DISK_GB": 50}})
         assert r.status_code == 503, r.text
         assert used(tree, "global") == 0 and pending(tree, "global") == []
         tree.revive("c1")
@@ -121,8 +127,7 @@ def test_a_cell_that_does_not_answer_leaves_nothing_written(tmp_path: Path) -> N
         # once it answers again; the root's part is released at once.
         tree.lose_answers("c1", "/strato/v1/claims")
         c = str(uuid.uuid4())
-        r = await root.put(f"/allocations/{c}", headers=H,
-                           json=claim({h: {"VCPU": 1}, pool: {"DISK_GB": 50}}))
+        r = await write(root, c, {h: {"VCPU": 1}, pool: {"DISK_GB": 50}})
         assert r.status_code == 503, r.text
         assert used(tree, "global") == 0
         tree.revive("c1")
@@ -132,8 +137,7 @@ def test_a_cell_that_does_not_answer_leaves_nothing_written(tmp_path: Path) -> N
         await tree.zone_tree("c1").recover()
         assert used(tree, "c1") == 0 and own_allocations(tree, "c1", c) == {}
         # And the tree still takes the same write afterwards.
-        r = await root.put(f"/allocations/{c}", headers=H,
-                           json=claim({h: {"VCPU": 1}, pool: {"DISK_GB": 50}}))
+        r = await write(root, c, {h: {"VCPU": 1}, pool: {"DISK_GB": 50}})
         assert r.status_code == 204, r.text
         assert used(tree, "c1") == 1 and used(tree, "global") == 50
         check(tree)
@@ -147,16 +151,16 @@ def test_concurrent_writes_never_double_a_consumer_nor_overfill_the_pool(
         hosts = [await host(tree, f"c1-h{i}") for i in range(2)]
         # Eight writes of one new consumer at once: exactly one is made.
         c = str(uuid.uuid4())
-        got = await asyncio.gather(*(root.put(f"/allocations/{c}", headers=H, json=claim(
-            {hosts[i % 2]: {"VCPU": 1}, pool: {"DISK_GB": 10}})) for i in range(8)))
+        got = await asyncio.gather(*(write(root, c,
+            {hosts[i % 2]: {"VCPU": 1}, pool: {"DISK_GB": 10}}) for i in range(8)))
         codes = sorted(r.status_code for r in got)
         assert codes.count(204) == 1 and set(codes) == {204, 409}, codes
         assert used(tree, "global") == 10 * codes.count(204)
         assert used(tree, "c1") == codes.count(204)
         # Twenty consumers of 100 GB on a 1,000 GB pool (10 used): 9 fit.
         many = [str(uuid.uuid4()) for _ in range(20)]
-        got = await asyncio.gather(*(root.put(f"/allocations/{m}", headers=H, json=claim(
-            {hosts[i % 2]: {"VCPU": 1}, pool: {"DISK_GB": 100}}))
+        got = await asyncio.gather(*(write(root, m,
+            {hosts[i % 2]: {"VCPU": 1}, pool: {"DISK_GB": 100}})
             for i, m in enumerate(many)))
         made = [m for m, r in zip(many, got, strict=True) if r.status_code == 204]
         assert all(r.status_code in (204, 409) for r in got), [r.text for r in got]
@@ -281,15 +285,13 @@ def test_a_write_reaches_a_grandchilds_host_next_to_the_roots_pool(tmp_path: Pat
         assert used(tree, "mid") == 0
         assert pending(tree, "leaf") == [] and pending(tree, "global") == []
         # A refusal two levels down undoes the root's part.
-        r = await root.put(f"/allocations/{uuid.uuid4()}", headers=H,
-                           json=claim({h: {"VCPU": 7}, pool: {"DISK_GB": 10}}))
+        r = await write(root, uuid.uuid4(), {h: {"VCPU": 7}, pool: {"DISK_GB": 10}})
         assert r.status_code == 409, r.text
         assert used(tree, "global") == 100 and used(tree, "leaf") == 2
         # Its answer lost at the leaf: nothing stays once the leaf answers again.
         tree.lose_answers("leaf", "/strato/v1/claims")
         lost = str(uuid.uuid4())
-        r = await root.put(f"/allocations/{lost}", headers=H,
-                           json=claim({h: {"VCPU": 1}, pool: {"DISK_GB": 10}}))
+        r = await write(root, lost, {h: {"VCPU": 1}, pool: {"DISK_GB": 10}})
         assert r.status_code == 503, r.text
         tree.revive("leaf")
         await tree.zone_tree("global").reconcile()
@@ -312,13 +314,11 @@ def test_a_consumer_across_zones_is_released_whole_and_never_written_twice(
         root = tree.client("global")
         h = await host(tree, "c1-h0")
         c = str(uuid.uuid4())
-        r = await root.put(f"/allocations/{c}", headers=H,
-                           json=claim({h: {"VCPU": 2}, pool: {"DISK_GB": 100}}))
+        r = await write(root, c, {h: {"VCPU": 2}, pool: {"DISK_GB": 100}})
         assert r.status_code == 204, r.text
         # Written again as new: refused, here and through the index alike.
-        r = await root.put(f"/allocations/{c}", headers=H,
-                           json=claim({await host(tree, "c1-h1"): {"VCPU": 1},
-                                       pool: {"DISK_GB": 1}}))
+        r = await write(root, c, {await host(tree, "c1-h1"): {"VCPU": 1},
+                                       pool: {"DISK_GB": 1}})
         assert r.status_code == 409, r.text
         assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
         r = await root.post("/allocations", headers=H, json={
@@ -328,14 +328,11 @@ def test_a_consumer_across_zones_is_released_whole_and_never_written_twice(
         assert r.status_code == 400 and "span" in r.text, r.text
         got = (await root.get(f"/allocations/{c}", headers=H)).json()
         # A stale generation: 409, nothing released anywhere.
-        r = await root.put(f"/allocations/{c}", headers=H, json={
-            "allocations": {}, "project_id": "p", "user_id": "u", "consumer_type": "INSTANCE",
-            "consumer_generation": got["consumer_generation"] + 5})
+        r = await root.put(f"/allocations/{c}", headers=H,
+                           json=emptied(got["consumer_generation"] + 5))
         assert r.status_code == 409, r.text
         assert used(tree, "global") == 100 and used(tree, "c1") == 2
-        r = await root.put(f"/allocations/{c}", headers=H, json={
-            "allocations": {}, "project_id": "p", "user_id": "u", "consumer_type": "INSTANCE",
-            "consumer_generation": got["consumer_generation"]})
+        r = await root.put(f"/allocations/{c}", headers=H, json=emptied(got["consumer_generation"]))
         assert r.status_code == 204, r.text
         assert used(tree, "global") == 0 and used(tree, "c1") == 0
         check(tree)
