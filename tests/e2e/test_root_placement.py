@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,56 @@ from tests.helpers.server import ServerProcess
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]
+
+
+class NovaLoop:
+    """Eight schedulers as Nova's, at `url`: candidates for `query`, claim one
+    of them with PUT /allocations/{instance}, ask again on a 409 (a lost race),
+    until nothing fits. With `outages_ok`, a 503 (a zone that did not answer)
+    is counted and asked again too; `must_have`: a provider every candidate
+    uses."""
+
+    def __init__(self, url: str, query: str, *, must_have: str | None = None,
+                 outages_ok: bool = False) -> None:
+        self.url, self.query = url, query
+        self.must_have, self.outages_ok = must_have, outages_ok
+        self.claimed: list[str] = []
+        self.outages = 0
+        self._lock = threading.Lock()
+
+    def _scheduler(self) -> None:
+        h = {"x-auth-token": "admin", "openstack-api-version": "placement 1.36"}
+        with httpx.Client(base_url=self.url, headers=h, timeout=30) as c:
+            while True:
+                r = c.get(f"/allocation_candidates?{self.query}")
+                assert r.status_code == 200, r.text
+                cands = r.json()["allocation_requests"]
+                if not cands:
+                    return
+                pick = random.choice(cands)
+                assert self.must_have is None or self.must_have in pick["allocations"], pick
+                consumer = str(uuid.uuid4())
+                r = c.put(f"/allocations/{consumer}", json={
+                    **pick, "project_id": "p", "user_id": "u", "consumer_generation": None})
+                if r.status_code == 204:
+                    with self._lock:
+                        self.claimed.append(consumer)
+                elif r.status_code == 503 and self.outages_ok:
+                    with self._lock:
+                        self.outages += 1
+                    time.sleep(0.2)
+                else:
+                    assert r.status_code == 409, r.text  # lost a race: ask again
+
+    def run(self, clients: int = 8, meanwhile: Callable[[], None] | None = None) -> None:
+        threads = [threading.Thread(target=self._scheduler) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        if meanwhile is not None:
+            meanwhile()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
 
 
 def test_osc_and_the_sdk_at_the_root_see_the_cells(
@@ -56,33 +107,9 @@ def test_a_nova_claim_loop_against_the_root_fills_the_tree_exactly(
     """8 schedulers as Nova's: candidates at the root, claim the first with
     PUT /allocations/{instance}, retry on 409, until nothing fits."""
     root = cells["root"]
-    claimed: list[str] = []
-    lock = threading.Lock()
-    h = {"x-auth-token": "admin", "openstack-api-version": "placement 1.36"}
-
-    def scheduler() -> None:
-        with httpx.Client(base_url=root.url, headers=h, timeout=30) as c:
-            while True:
-                r = c.get("/allocation_candidates?resources=VCPU:2&limit=4")
-                assert r.status_code == 200, r.text
-                cands = r.json()["allocation_requests"]
-                if not cands:
-                    return
-                pick = random.choice(cands)
-                consumer = str(uuid.uuid4())
-                r = c.put(f"/allocations/{consumer}", json={
-                    **pick, "project_id": "p", "user_id": "u", "consumer_generation": None})
-                if r.status_code == 204:
-                    with lock:
-                        claimed.append(consumer)
-                else:
-                    assert r.status_code == 409, r.text  # lost a race: ask again
-
-    threads = [threading.Thread(target=scheduler) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    loop = NovaLoop(root.url, "resources=VCPU:2&limit=4")
+    loop.run()
+    claimed = loop.claimed
     assert len(claimed) == 32  # 8 hosts of 8 VCPU, 2 each
     total = 0
     for cell in ("dfw", "ord"):
@@ -141,45 +168,16 @@ def test_a_nova_claim_loop_takes_disk_from_the_roots_pool_while_a_cell_pauses(
             wait_for(lambda: {k for k, v in children(c).items()
                               if (v.get("summary") or {}).get("providers") == 4}
                      == {"dfw", "ord"})
-        claimed: list[str] = []
-        outages = [0]
-        lock = threading.Lock()
-        h = {"x-auth-token": "admin", "openstack-api-version": "placement 1.36"}
+        loop = NovaLoop(root.url, "resources=VCPU:2,DISK_GB:25&limit=4", must_have=pool,
+                        outages_ok=True)
 
-        def scheduler() -> None:
-            with httpx.Client(base_url=root.url, headers=h, timeout=30) as c:
-                while True:
-                    r = c.get("/allocation_candidates?resources=VCPU:2,DISK_GB:25&limit=4")
-                    assert r.status_code == 200, r.text
-                    cands = r.json()["allocation_requests"]
-                    if not cands:
-                        return
-                    pick = random.choice(cands)
-                    assert pool in pick["allocations"], pick
-                    consumer = str(uuid.uuid4())
-                    r = c.put(f"/allocations/{consumer}", json={
-                        **pick, "project_id": "p", "user_id": "u",
-                        "consumer_generation": None})
-                    if r.status_code == 204:
-                        with lock:
-                            claimed.append(consumer)
-                    elif r.status_code == 503:
-                        with lock:
-                            outages[0] += 1
-                        time.sleep(0.2)
-                    else:
-                        assert r.status_code == 409, r.text  # lost a race: ask again
-
-        threads = [threading.Thread(target=scheduler) for _ in range(8)]
-        for t in threads:
-            t.start()
-        time.sleep(0.5)
-        procs["ord"].proc.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
-        time.sleep(3)
-        procs["ord"].proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
-        for t in threads:
-            t.join(120)
-        assert not any(t.is_alive() for t in threads)
+        def freeze_ord() -> None:
+            time.sleep(0.5)
+            procs["ord"].proc.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+            time.sleep(3)
+            procs["ord"].proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+        loop.run(meanwhile=freeze_ord)
+        claimed, outages = loop.claimed, loop.outages
         assert len(claimed) == 16, (len(claimed), outages)
 
         def totals() -> tuple[int, int]:
