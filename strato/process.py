@@ -91,7 +91,9 @@ class ServerProcess:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait(10)
+                # A killed process still in the kernel (an fsync on a busy
+                # disk) can take a while to go: wait for it, not for 10 s.
+                self.proc.wait(60)
 
     def __enter__(self) -> ServerProcess:
         return self.start()
