@@ -2,8 +2,8 @@
 
 * ``HttpTransport``: per-call timeouts; ``http://`` zones through the lean
   keep-alive client of ``zone/wire.py``, anything else through httpx.
-* ``InProcessTransport``: the other zone's ASGI app called directly (httpx's
-  ASGITransport), for tests and the simulator: hundreds of zones in one
+* ``InProcessTransport``: the other zone's ASGI app called directly (no
+  socket, no HTTP client), for tests and the simulator: hundreds of zones in one
   process, through exactly the same routes and serialisation as over HTTP.
 
 Both answer ``Reply(status, body)`` or raise ``Unreachable`` (connection
@@ -25,7 +25,6 @@ as in doubt and cancel it at the zone when the zone answers again.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
 import ssl
 import time
@@ -220,47 +219,61 @@ async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
     return b"".join(parts)
 
 
-@dataclass(slots=True)
-class _Overflow:
-    """Per call: whether the in-process app's answer passed the limit."""
-
-    limit: int
-    over: bool = False
+class _AppFailed(Exception):
+    """The in-process app answered more than `limit` bytes (or broke off)."""
 
 
-# Set around each in-process call; the app runs in the calling task (or one
-# copied from it), so the wrapper below sees this call's own cell.
-_CALL: contextvars.ContextVar[_Overflow | None] = contextvars.ContextVar(
-    "strato_zone_call", default=None)
+async def _asgi_call(app: Any, method: str, path: str, headers: dict[str, str],
+                     body: bytes | None, limit: int) -> tuple[int, bytes]:
+    """(status, body) of one HTTP request to an ASGI app, called directly: the
+    app sees what a server would give it, and its answer is refused once it
+    passes `limit` (wire.TooLarge). httpx's ASGITransport does the same job,
+    at several times the cost (URL parsing, cookies, its models) on every
+    call of an in-process tree."""
+    raw, _, query = path.partition("?")
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1", "method": method, "scheme": "http",
+        "path": raw, "raw_path": raw.encode(), "query_string": query.encode(),
+        "root_path": "", "client": ("127.0.0.1", 123), "server": ("zone", 80),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        + [(b"host", b"zone"), (b"content-length", str(len(body or b"")).encode())],
+    }
+    pending = [{"type": "http.request", "body": body or b"", "more_body": False}]
+    status = 0
+    parts: list[bytes] = []
+    size = 0
+    done = asyncio.Event()
 
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop()
+        await done.wait()  # nothing more to read: as a server, until the answer is out
+        return {"type": "http.disconnect"}
 
-def _capped_app(app: Any) -> Any:
-    """An ASGI app whose answers are cut off past the current call's limit."""
-    async def capped(scope: Any, receive: Any, send: Any) -> None:
-        cell = _CALL.get()
-        if cell is None or scope.get("type") != "http":
-            await app(scope, receive, send)
-            return
-        sent = 0
-
-        async def bounded(message: Any) -> None:
-            nonlocal sent
-            if cell.over:
-                raise wire.TooLarge(cell.limit)
-            if message.get("type") == "http.response.start":
-                for name, value in message.get("headers", []):
-                    if (name.lower() == b"content-length" and value.strip().isdigit()
-                            and int(value) > cell.limit):
-                        cell.over = True
-                        raise wire.TooLarge(cell.limit, int(value))
-            elif message.get("type") == "http.response.body":
-                sent += len(message.get("body", b""))
-                if sent > cell.limit:
-                    cell.over = True
-                    raise wire.TooLarge(cell.limit)
-            await send(message)
-        await app(scope, receive, bounded)
-    return capped
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status, size
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            for name, value in message.get("headers", []):
+                if (name.lower() == b"content-length" and value.strip().isdigit()
+                        and int(value) > limit):
+                    raise wire.TooLarge(limit, int(value))
+        elif message["type"] == "http.response.body":
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise wire.TooLarge(limit)
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                done.set()
+    try:
+        await app(scope, receive, send)
+    finally:
+        done.set()
+    if not status:
+        raise _AppFailed("the zone's app returned without an answer")
+    return status, b"".join(parts)
 
 
 class InProcessTransport(_Traced):
@@ -269,7 +282,6 @@ class InProcessTransport(_Traced):
     def __init__(self, *, max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         self.max_reply_bytes = max_reply_bytes
         self._apps: dict[str, Any] = {}
-        self._clients: dict[str, httpx.AsyncClient] = {}
         self._inflight: set[asyncio.Task[Any]] = set()
         self.down: set[str] = set()
         # Fault injection: calls to these zones ("inproc://x") or to one route of
@@ -284,7 +296,6 @@ class InProcessTransport(_Traced):
     def register(self, url: str, app: Any) -> None:
         """Serve `url` with `app` (again: its next call goes to the new app)."""
         self._apps[url.rstrip("/")] = app
-        self._clients.pop(url.rstrip("/"), None)  # in-process: no socket to close
 
     def _matches(self, faults: Any, key: str, path: str) -> bool:
         return key in faults or f"{key} {path.split('?')[0]}" in faults
@@ -294,48 +305,38 @@ class InProcessTransport(_Traced):
         key = url.rstrip("/")
         if key in self.down or key not in self._apps:
             raise Unreachable(url, "connection refused")
-        client = self._clients.get(key)
-        if client is None:
-            client = httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=_capped_app(self._apps[key])),
-                base_url="http://zone")
-            self._clients[key] = client
+        app = self._apps[key]
         delay = self.delays.get(f"{key} {path.split('?')[0]}", self.delays.get(key, 0.0))
-        cell = _Overflow(self.max_reply_bytes)
+        headers = _headers(token, version)
+        content = orjson.dumps(json) if json is not None else None
 
-        async def deliver() -> httpx.Response:
+        async def deliver() -> tuple[int, bytes]:
             if delay:
                 await asyncio.sleep(delay)
-            return await client.request(method, path, headers=_headers(token, version),
-                                        content=orjson.dumps(json) if json is not None
-                                        else None)
-        # The task copies the context now: the capped app sees this call's cell.
-        token_var = _CALL.set(cell)
-        try:
-            task = asyncio.ensure_future(deliver())
-        finally:
-            _CALL.reset(token_var)
+            return await _asgi_call(app, method, path, headers, content,
+                                    self.max_reply_bytes)
+        # Its own task: as over a network, a caller that gives up (its
+        # deadline) does not stop the call.
+        task = asyncio.ensure_future(deliver())
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         try:
             # No sockets in-process: enforce the deadline around the whole call.
-            resp = await asyncio.wait_for(asyncio.shield(task), timeout)
+            status, body = await asyncio.wait_for(asyncio.shield(task), timeout)
         except TimeoutError:
             raise Unreachable(url, f"timed out after {timeout:.3g}s",
                               maybe_delivered=True, timed_out=True) from None
+        except wire.TooLarge as exc:
+            raise Malformed(url, str(exc)) from None
         except Exception as exc:
-            # The other zone's app failed while answering (its answer was too
-            # large, or it raised): to this zone, a broken connection.
-            if cell.over:
-                raise Malformed(url, str(wire.TooLarge(cell.limit))) from None
+            # The other zone's app failed while answering: to this zone, a
+            # broken connection.
             raise Unreachable(url, f"{type(exc).__name__}: {exc}"[:300],
                               maybe_delivered=True) from None
-        if cell.over:
-            raise Malformed(url, str(wire.TooLarge(cell.limit)))
         if self._matches(self.lose_answers, key, path):
             raise Unreachable(url, "connection reset after the request was sent",
                               maybe_delivered=True)
-        return _reply(url, resp.status_code, resp.content)
+        return _reply(url, status, body)
 
     async def settle(self) -> None:
         """Wait for calls whose callers gave up (a resumed zone finishing them)."""
@@ -346,9 +347,6 @@ class InProcessTransport(_Traced):
         for t in list(self._inflight):
             t.cancel()
         await asyncio.gather(*list(self._inflight), return_exceptions=True)
-        for c in self._clients.values():
-            await c.aclose()
-        self._clients.clear()
 
 
 class ObservedTransport:
