@@ -322,7 +322,8 @@ class InProcessTransport(_Traced):
         task.add_done_callback(self._inflight.discard)
         try:
             # No sockets in-process: enforce the deadline around the whole call.
-            status, body = await asyncio.wait_for(asyncio.shield(task), timeout)
+            async with asyncio.timeout(timeout):
+                status, body = await asyncio.shield(task)
         except TimeoutError:
             raise Unreachable(url, f"timed out after {timeout:.3g}s",
                               maybe_delivered=True, timed_out=True) from None

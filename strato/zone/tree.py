@@ -1056,16 +1056,13 @@ class ZoneTree:
         cached = self.cache.get(child.name)
         return str(cached.body.get("zone", child.name)) if cached else child.name
 
-    def _note_answer(self, name: str, summary: Any) -> None:
+    def _note_answer(self, name: str, summary: dict[str, Any] | None) -> None:
         """A child answered a claim: its summary comes with the answer (no extra
-        round trip); without one, or with one that is not a summary, refresh it
-        at the next request."""
+        round trip; validated with the answer, by zone/protocol.py); without
+        one, refresh it at the next request."""
         if summary is not None:
-            try:
-                self.cache[name] = Cached(protocol.read_summary(summary), time.monotonic())
-                return
-            except protocol.Faulty as exc:
-                self.health_of(name).failed(f"faulty: {exc.reason}", faulty=True)
+            self.cache[name] = Cached(summary, time.monotonic())
+            return
         cached = self.cache.get(name)
         if cached is not None:
             cached.fetched = 0.0
