@@ -6,13 +6,16 @@ Placement is installed from PyPI into its own virtualenv (`ensure_peer_venv`),
 so it never becomes a dependency of Strato; this module runs in Strato's
 virtualenv and drives the peer through subprocesses and HTTP only.
 
-- `ensure_peer_venv()`: `.venv-placement/` with openstack-placement and gunicorn.
-- `PlacementPeer`: placement.conf (SQLite, noauth2) in a temporary directory,
+- `ensure_peer_venv()`: `.venv-placement/` with openstack-placement, gunicorn
+  and psycopg2 (Placement's driver for PostgreSQL).
+- `PlacementPeer`: placement.conf (noauth2; SQLite in the temporary directory,
+  or with `db="postgresql"` a fresh database on the local PostgreSQL server,
+  dropped at close: Placement's usual deployment) in a temporary directory,
   schema through `placement-manage db sync`, standard traits and resource
   classes synced with Placement's own start-up code, then gunicorn on
   127.0.0.1:<free port>; stopped on exit.
-- `bulk_load(db_path, specs)`: writes providers, inventories, traits and
-  aggregates straight into Placement's SQLite tables (the HTTP API is far too
+- `bulk_load(peer.target, specs)`: writes providers, inventories, traits and
+  aggregates straight into Placement's tables (the HTTP API is far too
   slow for 10,000+ providers); `verify()` then checks them through the API.
 - `candidates_latency()` and `nova_claims()`: the two measurements the
   comparison needs (GET /allocation_candidates, and GET-then-PUT claims with
@@ -50,7 +53,7 @@ from benchmarks.spec import ProviderSpec, make_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VENV = ".venv-placement"
-REQUIREMENTS = ("openstack-placement==16.0.0", "gunicorn==27.0.1")
+REQUIREMENTS = ("openstack-placement==16.0.0", "gunicorn==27.0.1", "psycopg2-binary==2.9.10")
 """Pinned: the issue's reference figures were taken with Placement 16.0.0."""
 STAMP = ".strato-peer-stamp"
 MICROVERSION = "1.36"
@@ -139,14 +142,23 @@ class PlacementPeer:
     blocked by the claims' writes (that only helps the peer).
 
     If `specs` are given they are bulk-loaded before the server starts;
-    `bulk_load(peer.db_path, ...)` also works while it runs (Placement reads
+    `bulk_load(peer.target, ...)` also works while it runs (Placement reads
     the database on every request and refreshes its name caches on a miss).
     """
 
     def __init__(self, *, venv: str | Path = DEFAULT_VENV, workdir: str | Path | None = None,
                  workers: int = 2, threads: int = 4, specs: Sequence[ProviderSpec] | None = None,
-                 wal: bool = True, startup_timeout: float = 60.0) -> None:
+                 wal: bool = True, startup_timeout: float = 60.0, db: str = "sqlite",
+                 pg_url: str | None = None) -> None:
+        if db not in ("sqlite", "postgresql"):
+            raise PeerError(f"db: {db!r} (sqlite or postgresql)")
         self.venv = _resolve(venv)
+        self.db = db
+        # PostgreSQL: a fresh database on this server for each peer, dropped
+        # at close (trust auth on loopback, as on the development machine).
+        self.pg_url = pg_url or os.environ.get("STRATO_PEER_PG_URL",
+                                               "postgresql://postgres@127.0.0.1:5432/postgres")
+        self.pg_db = f"strato_peer_{uuid.uuid4().hex[:12]}" if db == "postgresql" else None
         self.workers = workers
         self.threads = threads
         self.specs = specs
@@ -169,6 +181,19 @@ class PlacementPeer:
     @property
     def db_path(self) -> Path:
         return self.workdir / "placement.sqlite"
+
+    @property
+    def target(self) -> str:
+        """Where Placement's tables are, for `bulk_load`: the SQLite file's path
+        or the PostgreSQL database's URL."""
+        if self.pg_db is None:
+            return str(self.db_path)
+        return _pg_database(self.pg_url, self.pg_db)
+
+    @property
+    def description(self) -> str:
+        storage = "PostgreSQL" if self.pg_db else "SQLite (WAL)" if self.wal else "SQLite"
+        return f"gunicorn, {self.workers} workers x {self.threads} threads, {storage}"
 
     @property
     def conf_path(self) -> Path:
@@ -203,9 +228,11 @@ class PlacementPeer:
             "[api]\n"
             "auth_strategy = noauth2\n"
             "[placement_database]\n"
-            f"connection = sqlite:///{self.db_path}\n"
+            f"connection = {self._connection()}\n"
             "sync_on_startup = False\n"
         )
+        if self.pg_db is not None:
+            _pg_admin(self.pg_url, f'CREATE DATABASE "{self.pg_db}"')
         env = self._env()
         for cmd in ([self._bin("placement-manage"), "--config-file", str(self.conf_path),
                      "db", "sync"],
@@ -214,12 +241,12 @@ class PlacementPeer:
                                   cwd=self.workdir)
             if proc.returncode != 0:
                 raise PeerError(f"{cmd[0]} failed:\n{proc.stderr[-4000:]}")
-        if self.wal:
+        if self.wal and self.pg_db is None:
             with sqlite3.connect(self.db_path) as conn:
                 conn.execute("PRAGMA journal_mode=WAL")
         if self.specs is not None:
             t = time.perf_counter()
-            bulk_load(self.db_path, self.specs)
+            bulk_load(self.target, self.specs)
             self.load_seconds = time.perf_counter() - t
 
     def start(self) -> None:
@@ -269,8 +296,18 @@ class PlacementPeer:
             self._log_file.close()
             self._log_file = None
 
+    def _connection(self) -> str:
+        """Placement's [placement_database] connection (its own venv's driver)."""
+        if self.pg_db is None:
+            return f"sqlite:///{self.db_path}"
+        url = _pg_database(self.pg_url, self.pg_db)
+        return "postgresql+psycopg2://" + url.split("://", 1)[1]
+
     def close(self) -> None:
         self.stop()
+        if self.pg_db is not None:
+            with contextlib.suppress(Exception):
+                _pg_admin(self.pg_url, f'DROP DATABASE IF EXISTS "{self.pg_db}" WITH (FORCE)')
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -325,12 +362,69 @@ def _now() -> str:
     return datetime.now(UTC).replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-def _ids(conn: sqlite3.Connection, table: str) -> dict[str, int]:
+def _pg_database(url: str, name: str) -> str:
+    """`url` (a PostgreSQL server's URL) with its database replaced by `name`."""
+    base = url.split("?", 1)[0]
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+def _pg_admin(url: str, statement: str) -> None:
+    """One statement outside a transaction (CREATE/DROP DATABASE) on `url`."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+class _Db:
+    """The DB-API connection `bulk_load` writes through: SQLite (`?` parameters)
+    or PostgreSQL (psycopg, `%s`); the statements are written for both."""
+
+    def __init__(self, target: str) -> None:
+        self.pg = target.startswith("postgresql://")
+        if self.pg:
+            import psycopg
+
+            self.raw: Any = psycopg.connect(target, autocommit=True)
+        else:
+            self.raw = sqlite3.connect(target, isolation_level=None)
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self.pg else sql
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.raw.execute(self._sql(sql), params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if self.pg:
+            with self.raw.cursor() as cur:
+                cur.executemany(self._sql(sql), rows)
+        else:
+            self.raw.executemany(sql, rows)
+
+    def begin(self) -> None:
+        if not self.pg:
+            self.execute("PRAGMA synchronous=OFF")
+        self.execute("BEGIN" if self.pg else "BEGIN IMMEDIATE")
+
+    @property
+    def in_transaction(self) -> bool:
+        if self.pg:
+            import psycopg
+
+            return bool(self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE)
+        return bool(self.raw.in_transaction)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def _ids(conn: _Db, table: str) -> dict[str, int]:
     return {name: int(i) for i, name in conn.execute(f"SELECT id, name FROM {table}")}
 
 
-def _ensure_custom(conn: sqlite3.Connection, table: str, known: dict[str, int],
-                   names: Iterable[str], now: str, first_id: int | None) -> None:
+def _ensure_custom(conn: _Db, table: str, known: dict[str, int],
+                   names: Iterable[str], now: Any, first_id: int | None) -> None:
     """Insert CUSTOM_* names missing from `table`; a missing standard name is an error."""
     missing = sorted(set(names) - known.keys())
     bad = [n for n in missing if not n.startswith("CUSTOM_")]
@@ -339,9 +433,9 @@ def _ensure_custom(conn: sqlite3.Connection, table: str, known: dict[str, int],
                         "at start-up (PlacementPeer.prepare does it); check the spelling")
     for name in missing:
         if first_id is None:
-            cur = conn.execute(f"INSERT INTO {table} (created_at, name) VALUES (?, ?)",
-                               (now, name))
-            known[name] = int(cur.lastrowid or 0)
+            row = conn.execute(f"INSERT INTO {table} (created_at, name) VALUES (?, ?) "
+                               "RETURNING id", (now, name)).fetchone()
+            known[name] = int(row[0])
         else:
             # Custom resource classes get ids from 10000 up, as Placement assigns them.
             top = conn.execute(f"SELECT MAX(id) FROM {table}").fetchone()[0] or 0
@@ -351,9 +445,10 @@ def _ensure_custom(conn: sqlite3.Connection, table: str, known: dict[str, int],
             known[name] = new_id
 
 
-def bulk_load(db_path: str | Path, providers: Sequence[ProviderSpec]) -> LoadStats:
-    """Insert `providers` straight into Placement's SQLite database, in one transaction.
+def bulk_load(target: str | Path, providers: Sequence[ProviderSpec]) -> LoadStats:
+    """Insert `providers` straight into Placement's database, in one transaction.
 
+    `target`: the SQLite file's path, or a `postgresql://` URL (`PlacementPeer.target`).
     Tables written, as Placement's models define them: resource_providers
     (root_provider_id and parent_provider_id as integer ids), inventories,
     resource_provider_traits, placement_aggregates and
@@ -362,11 +457,11 @@ def bulk_load(db_path: str | Path, providers: Sequence[ProviderSpec]) -> LoadSta
     added. Parents may be earlier in `providers` or already in the database.
     """
     t = time.perf_counter()
-    now = _now()
-    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    conn = _Db(str(target))
+    # SQLite: the text form SQLAlchemy stores for DATETIME columns.
+    now: Any = (datetime.now(UTC).replace(tzinfo=None) if conn.pg else _now())
     try:
-        conn.execute("PRAGMA synchronous=OFF")
-        conn.execute("BEGIN IMMEDIATE")
+        conn.begin()
         classes = _ids(conn, "resource_classes")
         traits = _ids(conn, "traits")
         if not classes or not traits:
@@ -378,8 +473,8 @@ def bulk_load(db_path: str | Path, providers: Sequence[ProviderSpec]) -> LoadSta
                        now, None)
 
         agg_uuids = sorted({a for p in providers for a in p.aggregates})
-        conn.executemany("INSERT OR IGNORE INTO placement_aggregates (created_at, uuid) "
-                         "VALUES (?, ?)", [(now, a) for a in agg_uuids])
+        conn.executemany("INSERT INTO placement_aggregates (created_at, uuid) "
+                         "VALUES (?, ?) ON CONFLICT DO NOTHING", [(now, a) for a in agg_uuids])
         aggs = {u: int(i) for i, u in conn.execute("SELECT id, uuid FROM placement_aggregates")}
 
         start = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM resource_providers")
@@ -446,6 +541,10 @@ def bulk_load(db_path: str | Path, providers: Sequence[ProviderSpec]) -> LoadSta
                          "resource_provider_id) VALUES (?, ?, ?)", trait_rows)
         conn.executemany("INSERT INTO resource_provider_aggregates (created_at, "
                          "resource_provider_id, aggregate_id) VALUES (?, ?, ?)", agg_rows)
+        if conn.pg:
+            # Ids were given here: the sequence goes past them, for Placement's own inserts.
+            conn.execute("SELECT setval(pg_get_serial_sequence('resource_providers', 'id'), "
+                         "(SELECT MAX(id) FROM resource_providers))")
         conn.execute("COMMIT")
         conn.execute("ANALYZE")
     except BaseException:
@@ -643,6 +742,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--claim-resources", default="VCPU:1,MEMORY_MB:1024")
     ap.add_argument("--claim-limit", type=int, default=10,
                     help="limit on each claim's candidate GET (Nova's default is 1000)")
+    ap.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite",
+                    help="Placement's database: SQLite, or a fresh database on the local "
+                    "PostgreSQL server (STRATO_PEER_PG_URL)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
 
@@ -650,10 +752,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     specs = make_specs(args.providers, args.seed)
     result: dict[str, Any] = {"peer": "openstack-placement 16.0.0", "hosts": args.providers,
                               "providers": len(specs), "workers": args.workers,
-                              "threads": args.threads}
-    with PlacementPeer(venv=args.venv, workers=args.workers, threads=args.threads) as peer:
+                              "threads": args.threads, "db": args.db}
+    with PlacementPeer(venv=args.venv, workers=args.workers, threads=args.threads,
+                       db=args.db) as peer:
         t = time.perf_counter()
-        stats = bulk_load(peer.db_path, specs)
+        stats = bulk_load(peer.target, specs)
         result["load_s"] = round(time.perf_counter() - t, 3)
         _log(f"loaded {stats.providers} providers, {stats.inventories} inventories, "
              f"{stats.traits} traits, {stats.aggregates} aggregate links in "
