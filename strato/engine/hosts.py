@@ -16,6 +16,7 @@ has none) is a domain of its own at that level, so it never counts as
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -32,6 +33,7 @@ from strato.engine.index import BoolArray, ProviderIndex
 from strato.model.schedule import DEFAULT_LEVELS
 from strato.store import changes
 from strato.store import meta as meta_store
+from strato.store.db import release_memory
 from strato.store.schema import provider_meta, resource_providers
 
 IntArray = npt.NDArray[np.int32]
@@ -138,10 +140,19 @@ class HostView:
                          for r in conn.execute(q.where(rp.c.uuid.in_(wanted[i:i + 900])))]
         else:
             rows = [(r[0], r[1], r[2]) for r in conn.execute(q)]
+        # Shared, not one per provider: the location's parts (a site's name
+        # is in every location under it) and each distinct tag set.
+        sets: dict[str, frozenset[str]] = {}
         for uuid, location, tags in rows:
-            loc = tuple(location.split("/")) if location else None
-            self._meta[uuid] = _Meta(loc, frozenset(json.loads(tags or "[]")))
+            loc = tuple(map(sys.intern, location.split("/"))) if location else None
+            tagset = sets.get(tags or "[]")
+            if tagset is None:
+                tagset = sets[tags or "[]"] = frozenset(json.loads(tags or "[]"))
+            self._meta[uuid] = _Meta(loc, tagset)
         self.version += 1
+        if wanted is None:
+            del rows
+            release_memory(conn)
 
     def load_static(self, items: Iterable[tuple[str, Sequence[str] | None, Iterable[str]]]
                     ) -> None:

@@ -31,7 +31,7 @@ from strato.engine.summaries import ProviderSummary, summarize
 from strato.engine.weighers import Scorer, WeigherConfig
 from strato.observe import NOBODY, Observer
 from strato.store import changes
-from strato.store.db import Database
+from strato.store.db import Database, release_memory
 
 # Providers to leave out of an answer: uuids, or a function of the change
 # sequence the index reflects that returns them (see Engine.query).
@@ -256,6 +256,7 @@ class Engine:
     def _full_load(self, conn: Connection, seq: int) -> None:
         self.index = ProviderIndex.build(load_records(conn), seq=seq)
         self._rc_names, self._trait_names = known_names(conn)
+        release_memory(conn)
         self._loaded = True
         self.stats.full_loads += 1
 
