@@ -516,6 +516,10 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
                            wait=max(0.0, wait))
         first = []
         cands = _candidates(tree, req, kids, first)
+    # The division's own look at a child replaces what an earlier one said of
+    # it: explain lists each child once.
+    looked = {o.zone for o in first}
+    outcomes[:] = [o for o in outcomes if not (o.outcome == Result.PRUNED and o.zone in looked)]
     outcomes += first
     wide = wide_rules(req, kids)
     if own is not None and not wide:
@@ -650,8 +654,13 @@ def _merge(tree: Splitter, req: ScheduleRequest, answers: Sequence[tuple[Child, 
             if r.get("index") not in seen_rules:
                 seen_rules.add(r.get("index"))
                 rules.append(r)
-    return {"placements": placements, "relaxed": rules, "retries": retries,
-            "dry_run": req.dry_run, "request_id": req.request_id, "unplaced": left}
+    out = {"placements": placements, "relaxed": rules, "retries": retries,
+           "dry_run": req.dry_run, "request_id": req.request_id, "unplaced": left}
+    if req.explain:
+        # What placed it: the division, and each zone's share.
+        out["explain"] = {"divided": [
+            {"zone": _label(k), "instances": len(a["placements"])} for k, a in answers]}
+    return out
 
 
 

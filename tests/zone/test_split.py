@@ -148,6 +148,23 @@ def test_a_gang_of_whole_hosts_larger_than_any_cell_is_divided(tmp_path: Path) -
     run(tmp_path, scenario)
 
 
+def test_explain_names_each_share_and_each_child_once(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        r = await tree.client("global").post("/strato/v1/schedule",
+                                             json=req(6, explain=True))
+        assert r.status_code == 200, r.text
+        explain = r.json()["explain"]
+        shares = {d["zone"]: d["instances"] for d in explain["placed_by"]["divided"]}
+        assert shares == dict(cells(r.json())) and sum(shares.values()) == 6
+        # dfw is full now: the division looks at it again, and says so once.
+        r = await tree.client("global").post("/strato/v1/schedule",
+                                             json=req(12, explain=True))
+        assert r.status_code == 409, r.text
+        named = [c["zone"] for c in r.json()["explain"]["children"]]
+        assert sorted(named) == sorted(set(named)), named
+    run(tmp_path, scenario)
+
+
 def test_a_gang_larger_than_the_tree_is_refused_with_nothing_held(tmp_path: Path) -> None:
     async def scenario(tree: InProcessTree) -> None:
         body = req(9)
