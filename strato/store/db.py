@@ -307,6 +307,9 @@ def release_memory(conn: Connection) -> None:
     _malloc_trim()
 
 
+_LIBC: Any = None  # the C library, once looked up (False: no malloc_trim here)
+
+
 def _malloc_trim() -> None:
     global _LIBC
     if _LIBC is None:
@@ -321,7 +324,6 @@ def _malloc_trim() -> None:
         _LIBC.malloc_trim(0)
 
 
-_LIBC: Any = None
 # A lazy commit is on disk at most this long after it was made (unless the
 # machine dies first); see _LazySync.
 LAZY_SYNC_S = 0.1

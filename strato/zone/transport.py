@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 import httpx
 import orjson
@@ -220,7 +221,7 @@ async def _read_capped(resp: httpx.Response, limit: int) -> bytes:
 
 
 class _AppFailed(Exception):
-    """The in-process app answered more than `limit` bytes (or broke off)."""
+    """The in-process app returned without starting an answer."""
 
 
 async def _asgi_call(app: Any, method: str, path: str, headers: dict[str, str],
@@ -234,7 +235,7 @@ async def _asgi_call(app: Any, method: str, path: str, headers: dict[str, str],
     scope = {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
         "http_version": "1.1", "method": method, "scheme": "http",
-        "path": raw, "raw_path": raw.encode(), "query_string": query.encode(),
+        "path": unquote(raw), "raw_path": raw.encode(), "query_string": query.encode(),
         "root_path": "", "client": ("127.0.0.1", 123), "server": ("zone", 80),
         "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         + [(b"host", b"zone"), (b"content-length", str(len(body or b"")).encode())],
