@@ -1129,6 +1129,15 @@ class ZoneTree:
         """Dry runs of `options` at once: (score, name, plan), best first; no
         more waiting once one is good enough."""
         dry = req.model_copy(update={"dry_run": True, "request_id": None})
+        if len(options) == 1:
+            # One to ask (a zone below the root, best_nested_width 1): no tasks.
+            _, name, child = options[0]
+            got = await (self._run_local(dry, None) if child is None
+                         else self._ask(child, dry, None))
+            if isinstance(got, Outcome):
+                outcomes.append(got)
+                return []
+            return [(_mean_score(got), name, got)]
         sem = asyncio.Semaphore(self.config.fanout)
 
         async def plan(name: str, child: Child | None) -> tuple[str, dict[str, Any] | Outcome]:
