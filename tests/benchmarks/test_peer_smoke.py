@@ -6,6 +6,7 @@ creates it); it is never installed by the test suite.
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from benchmarks.peer.placement import (
@@ -24,10 +25,11 @@ pytestmark = [
 ]
 
 
-def test_placement_peer_loads_answers_and_claims() -> None:
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_placement_peer_loads_answers_and_claims(db: str) -> None:
     specs = make_specs(150, seed=7, sharing=2)
-    with PlacementPeer(workers=1, threads=2) as peer:
-        stats = bulk_load(peer.db_path, specs)
+    with PlacementPeer(workers=1, threads=2, db=db) as peer:
+        stats = bulk_load(peer.target, specs)
         assert stats.providers == len(specs)
         verify(peer.url, specs)
         lat = candidates_latency(peer.url, f"resources=VCPU:1&required={TRAIT}&limit=5", 3)
@@ -37,3 +39,8 @@ def test_placement_peer_loads_answers_and_claims() -> None:
         assert peer.rss_bytes() > 0
         proc = peer._proc
     assert proc is not None and proc.poll() is not None
+    if db == "postgresql":
+        # Its database is gone with it.
+        with psycopg.connect(peer.pg_url) as conn:
+            assert conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                (peer.pg_db,)).fetchone() is None
