@@ -37,7 +37,7 @@ from strato.api.tracing import TraceMiddleware
 from strato.config import Settings
 from strato.engine.service import Engine, EngineConfig
 from strato.model import errors
-from strato.store.db import Database
+from strato.store.db import Database, trim_heap
 from strato.store.migrate import upgrade
 from strato.store.zone_meta import identity as zone_identity
 from strato.tls import Tls
@@ -118,8 +118,12 @@ def create_app(settings: Settings, *, db: Database | None = None,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if migrate:
             upgrade(database)
-        # Load the index now, not on the first request.
+        # Load the index and the hosts' metadata now, not on the first
+        # request, then give back what the loads left resident (before
+        # serving: it stalls the allocator).
         await run_in_threadpool(engine.refresh)
+        await run_in_threadpool(tree.local.summary)
+        await run_in_threadpool(trim_heap)
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(tree.run_refresher()),
                                           asyncio.create_task(tree.run_recovery())]
         if settings.parent_url:

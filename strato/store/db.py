@@ -296,14 +296,19 @@ _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # primary result codes
 
 def release_memory(conn: Connection) -> None:
     """After a one-off read of a whole table set on `conn` (an index's full
-    load), give back what the read left resident: on SQLite, this
-    connection's page cache (up to 2 MiB, kept as long as the connection
-    sits in the pool: a 10,000-host zone's whole file); then the C
-    allocator's free pages (glibc's `malloc_trim`): the read's rows were
-    freed, but their memory stays with the process until trimmed. Costs a
-    few milliseconds, once per full load."""
+    load): on SQLite, drop this connection's page cache (up to 2 MiB, kept as
+    long as the connection sits in the pool: a 10,000-host zone's whole
+    file). Cheap: this connection only."""
     if conn.dialect.name == "sqlite":
         conn.exec_driver_sql("PRAGMA shrink_memory")
+
+
+def trim_heap() -> None:
+    """Give the C allocator's free pages back to the system (glibc's
+    `malloc_trim`; elsewhere nothing): what a full load's rows left resident
+    after they were freed. It walks the whole heap, holding the allocator's
+    locks (tens of milliseconds on a large one), so it is called once, when a
+    zone starts, before it serves: never on a request's path."""
     _malloc_trim()
 
 
