@@ -156,7 +156,7 @@ def test_an_exploding_request_is_bounded_and_the_server_keeps_answering(
     """4 granular groups over a host with 40 children: 2.56 million ways to
     place one instance. It used to take minutes and gigabytes, on the event
     loop; now it is answered within the combination budget, and `GET /`
-    meanwhile in under a second."""
+    meanwhile within two seconds (under one on an idle machine)."""
     with api.client(server.url) as c:
         root = api.make_provider(c, "host", {"MEMORY_MB": {"total": 65536}})
         for i in range(40):
@@ -193,7 +193,10 @@ def test_an_exploding_request_is_bounded_and_the_server_keeps_answering(
     assert answers["schedule"].status_code == 200, answers["schedule"].text
     assert answers["explain"].status_code == 200, answers["explain"].text
     assert max(took.values()) < 30, took
-    assert slowest_root < 1, slowest_root
+    # Idle, the slowest `GET /` meanwhile takes 0.16-0.80 s (before this
+    # session's code and after); two clean-clone runs under load saw 1.08 and
+    # 1.11 s. The point is that it answers at all (it used to wait minutes).
+    assert slowest_root < 2, slowest_root
     assert rss_mb(server) - before < 400
 
 
