@@ -145,13 +145,13 @@ class HostView:
         sets: dict[str, frozenset[str]] = {}
         for uuid, location, tags in rows:
             loc = tuple(map(sys.intern, location.split("/"))) if location else None
-            tagset = sets.get(tags or "[]")
+            key = tags or "[]"
+            tagset = sets.get(key)
             if tagset is None:
-                tagset = sets[tags or "[]"] = frozenset(json.loads(tags or "[]"))
+                tagset = sets[key] = frozenset(json.loads(key))
             self._meta[uuid] = _Meta(loc, tagset)
         self.version += 1
         if wanted is None:
-            del rows
             release_memory(conn)
 
     def load_static(self, items: Iterable[tuple[str, Sequence[str] | None, Iterable[str]]]
