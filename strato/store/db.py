@@ -270,6 +270,18 @@ class Database:
         with self._published:
             self._published.wait_for(lambda: not self._publishing, timeout)
 
+    def lazy_mark(self) -> int:
+        """How many lazy commits this database has made (SQLite with FULL;
+        0 otherwise): `durable(mark)` waits for the disk to have them."""
+        return 0 if self._lazy is None else self._lazy.written
+
+    def durable(self, mark: int) -> None:
+        """Block until the first `mark` lazy commits are on the disk: a lazy
+        commit then `durable` is a FULL commit whose data others may read
+        before its fsync ends (SQLite WAL; nothing to do otherwise)."""
+        if self._lazy is not None and mark:
+            self._lazy.durable(mark)
+
     def sync(self) -> None:
         """Make every lazy commit so far durable (SQLite: fsync the WAL)."""
         if self._lazy is not None:
@@ -359,15 +371,20 @@ class _LazySync:
         self._dirty = False
         self._closed = False
         self._thread: threading.Thread | None = None
+        # Lazy commits made so far, and how many of them are known durable.
+        self.written = 0
+        self._synced = 0
+        self._syncing = False
 
     def wrote(self) -> None:
         with self._cv:
             self._dirty = True
+            self.written += 1
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, daemon=True,
                                                 name="strato-lazy-sync")
                 self._thread.start()
-            self._cv.notify()
+            self._cv.notify_all()  # callers of durable() wait on it too
 
     def _loop(self) -> None:
         while True:
@@ -384,19 +401,49 @@ class _LazySync:
             if not self._dirty:
                 return
             self._dirty = False
+            target = self.written
+        try:
+            self.durable(target)
+        except OSError:
+            log.exception("could not sync %s-wal", self._db.engine.url.database)
+
+    def durable(self, mark: int) -> None:
+        """Until the first `mark` lazy commits are on the disk. Group commit:
+        a caller that finds an fsync under way waits for it, and then syncs
+        again only if that one began before its commit. Raises OSError if
+        the disk refuses (nothing is then known durable)."""
+        with self._cv:
+            while self._synced < mark:
+                if not self._syncing:
+                    self._syncing = True
+                    target = self.written
+                    break
+                self._cv.wait()
+            else:
+                return
+        ok = False
+        try:
+            ok = self._fsync()
+        finally:
+            with self._cv:
+                self._syncing = False
+                if ok:
+                    self._synced = max(self._synced, target)
+                self._cv.notify_all()
+
+    def _fsync(self) -> bool:
         path = self._db.engine.url.database
         if not path or path == ":memory:":
-            return
+            return True
         try:
             fd = os.open(f"{path}-wal", os.O_RDONLY)
         except FileNotFoundError:
-            return  # checkpointed and removed: the data is in the database file
+            return True  # checkpointed and removed: the data is in the database file
         try:
             os.fsync(fd)
-        except OSError:
-            log.exception("could not sync %s-wal", path)
         finally:
             os.close(fd)
+        return True
 
     def close(self) -> None:
         self.sync()

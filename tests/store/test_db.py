@@ -242,3 +242,47 @@ os.kill(os.getpid(), signal.SIGKILL)
     con = sqlite3.connect(path)
     assert con.execute("SELECT k FROM t").fetchall() == [(42,)]
     con.close()
+
+
+def test_durable_waits_for_the_disk_once_for_many_callers(db: Database) -> None:
+    """A lazy commit then `durable(mark)` is a FULL commit (the ledger's path
+    with --ledger-commit sync): each caller returns only once an fsync that
+    began after its commit has ended, and callers that wait together share
+    fsyncs (group commit)."""
+    lazy = db._lazy
+    assert lazy is not None
+    fsyncs: list[int] = []
+    real = lazy._fsync
+
+    def counted() -> bool:
+        fsyncs.append(lazy.written)
+        time.sleep(0.02)  # a slow disk: the others pile up behind this one
+        return real()
+    lazy._fsync = counted  # type: ignore[method-assign]
+    assert db.lazy_mark() == 0
+    db.durable(0)  # nothing written: nothing to wait for
+    assert fsyncs == []
+    marks: list[int] = []
+    lock = threading.Lock()
+
+    def one(k: int) -> None:
+        done, _ = db.write_now(raw_insert(k), lazy=True)
+        if not done:  # another thread's inline write held the lock
+            with db.write(lazy=True) as conn:
+                raw_insert(k)(conn)
+        mark = db.lazy_mark()
+        db.durable(mark)
+        with lock:
+            marks.append(mark)
+            # The fsync that let this caller go began after its commit.
+            assert any(f >= mark for f in fsyncs)
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(1, 13)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(stored(db)) == list(range(1, 13)) and len(marks) == 12
+    assert len(fsyncs) < 12, fsyncs
+    before = len(fsyncs)
+    db.durable(max(marks))  # already on the disk: no second fsync
+    assert len(fsyncs) == before
