@@ -194,6 +194,24 @@ def parts(conn: Connection, request_id: str, attempt: str | None = None) -> list
             for r in conn.execute(q.order_by(rp.c.id))]
 
 
+def take_parts(conn: Connection, request_id: str, children: Sequence[str],
+               attempt: str | None = None) -> list[Part]:
+    """The parts under `request_id` (only `attempt`'s, if given) asked of one of
+    `children`, forgotten in the same transaction: for parts whose undo is not
+    idempotent at their owner (a pool's allocations, released by consumer), so
+    that a second undo of the request cannot remove what a later request has
+    placed for the same consumers since."""
+    rp = request_parts
+    q = sa.select(rp).where(rp.c.request_id == request_id, rp.c.child.in_(list(children)))
+    if attempt is not None:
+        q = q.where(rp.c.attempt == attempt)
+    rows = list(conn.execute(q.order_by(rp.c.id)))
+    if rows:
+        conn.execute(sa.delete(rp).where(rp.c.id.in_([r.id for r in rows])))
+    return [Part(r.child, r.part_id, tuple(orjson.loads(r.consumers)), r.attempt)
+            for r in rows]
+
+
 def purge(conn: Connection, before: datetime, limit: int = 10_000) -> int:
     """Forget up to `limit` finished answers (and their parts) created before
     `before`; how many went. A request still placing is never purged."""

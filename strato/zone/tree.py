@@ -415,14 +415,23 @@ class ZoneTree:
         recorded in doubt until the child answers)."""
         parts = await self._read(lambda conn: ledger.parts(conn, request_id, attempt))
         out = Undone()
-        pooled = {c for p in parts if p.child == shared.POOL for c in p.consumers}
-        # Confirmed pool parts are permanent allocations of this request: they
-        # go too (no other request can hold these consumers while they exist).
-        permanent = {c for p in parts if p.child == shared.POOL_DONE for c in p.consumers}
-        if placed:
-            permanent |= pooled
 
         def release_here(conn: Connection) -> list[str]:
+            # The pool parts are read and forgotten in the transaction that
+            # releases them: their allocations go by consumer, and once gone a
+            # later request may place the same consumers here, which a second
+            # undo of this request (its worker gave up, then its parent's
+            # cancel came) must leave alone.
+            pool = ledger.take_parts(conn, request_id, (shared.POOL, shared.POOL_DONE),
+                                     attempt)
+            pooled = {c for p in pool if p.child == shared.POOL for c in p.consumers}
+            # Confirmed pool parts are permanent allocations of this request:
+            # they go too (no other request can hold these consumers while
+            # they exist: a zone claims only consumers that have none).
+            permanent = {c for p in pool if p.child == shared.POOL_DONE
+                         for c in p.consumers}
+            if placed:
+                permanent |= pooled
             held = [h.consumer_uuid
                     for h in provisional.of_request(conn, request_id, attempt)]
             gone = provisional.release(conn, held) if held else []

@@ -182,6 +182,45 @@ def test_cancel_after_a_split_undoes_the_pool_and_the_cell_part(tmp_path: Path) 
     run(tmp_path, scenario)
 
 
+def test_a_second_cancel_of_a_split_leaves_a_later_placement_of_its_consumer_alone(
+        tmp_path: Path) -> None:
+    """Seen in a chaos run (seed 82): a mid zone undid a split part (its worker
+    gave up), the root placed the same consumer again there under a new part,
+    then the root's cancel of the first part reached the mid zone and removed
+    the new part's pool allocation: an acknowledged placement lost. An undo
+    releases a pool part once; a second undo of the same part finds nothing."""
+    async def scenario(tree: InProcessTree) -> None:
+        await provider(tree.client("dfw"), "dfw-disk", {"DISK_GB": {"total": 1000}},
+                       traits=["MISC_SHARES_VIA_AGGREGATE"], aggs=[AGG])
+        await provider(tree.client("dfw-r1"), "dfw-r1-agg",
+                       {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}}, aggs=[AGG])
+        for name in ("dfw", "global"):
+            await tree.zone_tree(name).refresh(fresh=True)
+        b = req(1, request_id="first")
+        b["groups"] = [{"resources": {"VCPU": 1, "DISK_GB": 10}}]
+        consumer = b["consumers"][0]
+        r = await tree.client("global").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 200, r.text
+        (first,) = [p for p in _parts(tree, "global", "first") if p.child == "dfw"]
+        cancel = {"request_id": first.part_id}
+        r = await tree.client("dfw").post("/strato/v1/requests/cancel", json=cancel)
+        assert r.status_code == 200, r.text
+        assert await held_at(tree, consumer) == []
+        # The same consumer placed again, through the same zones.
+        r = await tree.client("global").post("/strato/v1/schedule",
+                                             json={**b, "request_id": "again"})
+        assert r.status_code == 200, r.text
+        assert sorted(await held_at(tree, consumer)) == ["dfw", "dfw-r1"]
+        # The first part's cancel again (a parent's reconcile repeats it).
+        for _ in range(2):
+            r = await tree.client("dfw").post("/strato/v1/requests/cancel", json=cancel)
+            assert r.status_code == 200, r.text
+            assert r.json()["released"] == [], r.json()
+        assert sorted(await held_at(tree, consumer)) == ["dfw", "dfw-r1"]
+        invariants(tree, {consumer})
+    run(tmp_path, scenario)
+
+
 # -- finding 4: an outage is not an answer ----------------------------------------------
 
 def test_outage_answers_503_and_a_retry_after_healing_places(tmp_path: Path) -> None:
