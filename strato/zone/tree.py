@@ -1274,7 +1274,7 @@ class ZoneTree:
                 return ledger.lookup(conn, rid)
             ledger.add_part(conn, rid, child.name, pid, consumers)
             return None
-        entry = await self._write(reserve)
+        entry = await self._write(reserve, now=True)
         if entry is not None:
             if entry.state == State.PLACED:
                 return _Reply(200, {**entry.body, "replayed": True})
@@ -1292,7 +1292,7 @@ class ZoneTree:
             return reply
         body = reply.body if isinstance(reply.body, dict) else {}
         if not await self._write(lambda conn: ledger.finish(conn, rid, State.PLACED, body,
-                                                            only_placing=True)):
+                                                            only_placing=True), now=True):
             await self.undo(rid, placed=True)
             raise _cancelled(rid)
         return reply
