@@ -1031,7 +1031,12 @@ class ZoneTree:
             if reply.status == 200:
                 answer = protocol.read_schedule_answer(req, reply.body,
                                                        self._own_name(child))
-                self._note_answer(child.name, answer.pop("zone_summary", None))
+                summary = answer.pop("zone_summary", None)
+                if summary is not None or not req.dry_run:
+                    # A dry run moved nothing there: what is cached stays as
+                    # good as it was (marking it stale cost `best` mode a
+                    # summary fetch per child asked, per request).
+                    self._note_answer(child.name, summary)
                 return answer
             if reply.status in (400, 409, 503):
                 # Acted on below: an error body must be one.
@@ -1290,12 +1295,21 @@ class ZoneTree:
                 raise errors.ServiceUnavailable(f"child zone {child.name} did not answer: "
                                                 f"{reply.reason}")
             return reply
-        body = reply.body if isinstance(reply.body, dict) else {}
+        body = dict(reply.body) if isinstance(reply.body, dict) else {}
+        # The owner's summary, when it sent one, replaces what is cached of that
+        # child (otherwise the cached one is stale now); this zone's own goes
+        # up instead.
+        below = body.pop("zone_summary", None)
+        try:
+            below = None if below is None else protocol.read_summary(below)
+        except protocol.Faulty:
+            below = None
+        self._note_answer(child.name, below)
         if not await self._write(lambda conn: ledger.finish(conn, rid, State.PLACED, body,
                                                             only_placing=True), now=True):
             await self.undo(rid, placed=True)
             raise _cancelled(rid)
-        return reply
+        return _Reply(reply.status, {**body, "zone_summary": await self.summary()})
 
     def _prefixed(self, answer: dict[str, Any], child: str) -> dict[str, Any]:
         """Zone paths seen from here: this zone's name first."""

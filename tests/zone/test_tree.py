@@ -236,6 +236,11 @@ def test_best_mode_plans_in_the_best_few_and_goes_on_only_if_they_cannot(tmp_pat
         tree.transport.call = counted  # type: ignore[method-assign]
         await schedule(tree, req(1, mode="best"), zone="dfw")
         assert len(asked) == 1, asked  # the summaries' best alone
+        # The claim's answer brought that cell's new summary: the best-ranked
+        # cell may be the other one now (a dry run, which moves nothing, says).
+        asked.clear()
+        await schedule(tree, req(1, mode="best", dry_run=True), zone="dfw")
+        assert len(asked) == 1, asked
         # The best-ranked cell cannot plan now: the next is asked, and places.
         first = asked[0]
         asked.clear()
@@ -243,6 +248,42 @@ def test_best_mode_plans_in_the_best_few_and_goes_on_only_if_they_cannot(tmp_pat
         ans = await schedule(tree, req(1, mode="best"), zone="dfw")
         assert asked[0] == first and len(asked) == 2, asked
         assert ans["placements"][0]["zone"].split("/")[-1] != first
+    run(tmp_path, scenario)
+
+
+def test_best_mode_keeps_summaries_fresh_without_fetching_them(tmp_path: Path) -> None:
+    """A dry run moves nothing: its answer leaves the cached summary as it was
+    (marking it stale cost a summary fetch per child asked, per request). A
+    claim of the plan brings the owner's new summary up through every zone on
+    its path, so nobody fetches one afterwards either."""
+    async def scenario(tree: InProcessTree) -> None:
+        fetched: list[str] = []
+        real = tree.transport.call
+
+        async def counted(url: str, method: str, path: str, **kw: Any) -> Any:
+            if path.startswith("/strato/v1/summary"):
+                fetched.append(url)
+            return await real(url, method, path, **kw)
+        tree.transport.call = counted  # type: ignore[method-assign]
+        await schedule(tree, req(1, mode="best"))  # the first: every summary fetched
+        fetched.clear()
+        for _ in range(3):
+            ans = await schedule(tree, req(1, mode="best"))
+        zones = ans["placements"][0]["zone"].split("/")  # global/<mid>/<cell>
+        assert len(zones) == 3, ans
+        await schedule(tree, req(1, mode="best", dry_run=True))
+        assert fetched == [], fetched
+        # The mid zone's cache of the cell counts the last claim, and the
+        # root's cache of the mid zone too.
+        mid, cell = zones[1], zones[2]
+        for zone, child in (("global", mid), (mid, cell)):
+            cached = tree.apps[zone].state.tree.cache[child].body
+            r = await tree.client(cell).get("/strato/v1/summary")
+            if zone == mid:
+                assert cached["classes"]["VCPU"]["used"] == r.json()["classes"]["VCPU"]["used"]
+            else:
+                assert cached["classes"]["VCPU"]["used"] >= r.json()["classes"]["VCPU"]["used"]
+            assert cached["classes"]["VCPU"]["used"] >= 1, cached
     run(tmp_path, scenario)
 
 

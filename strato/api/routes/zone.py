@@ -265,7 +265,12 @@ async def create_claim(request: Request, body: ClaimRequest) -> Response:
             below = answer.get("path")
             answer = {**answer, "path": [owner, *(below if isinstance(below, list) else [])]}
         return json_response(answer, reply.status)
-    return json_response(await run_in_threadpool(tree.local.claim_placements, payload))
+    answer = await run_in_threadpool(tree.local.claim_placements, payload)
+    if body.deadline is not None and not answer.get("replayed"):
+        # A parent zone asked (it sends a deadline): room moved here, and the
+        # answer carries this zone's summary, as a schedule answer does.
+        answer = {**answer, "zone_summary": await tree.summary()}
+    return json_response(answer)
 
 
 async def _owner_below(request: Request, tree: ZoneTree, body: ClaimRequest) -> str | None:
