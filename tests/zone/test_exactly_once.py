@@ -141,15 +141,21 @@ def test_a_duplicate_that_waits_too_long_is_told_in_progress(tmp_path: Path) -> 
 
 # -- finding 2: a cancel reaches every part of a split ----------------------------------
 
+async def split_pool(tree: InProcessTree) -> None:
+    """A disk pool at dfw shared with dfw-r1's hosts: a request for VCPU and
+    DISK_GB splits at dfw (the pool there, compute in dfw-r1)."""
+    await provider(tree.client("dfw"), "dfw-disk", {"DISK_GB": {"total": 1000}},
+                   traits=["MISC_SHARES_VIA_AGGREGATE"], aggs=[AGG])
+    await provider(tree.client("dfw-r1"), "dfw-r1-agg",
+                   {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}}, aggs=[AGG])
+    for name in ("dfw", "global"):
+        await tree.zone_tree(name).refresh(fresh=True)
+
+
+
 def test_cancel_after_a_split_undoes_the_pool_and_the_cell_part(tmp_path: Path) -> None:
     async def scenario(tree: InProcessTree) -> None:
-        # A disk pool at dfw shared with dfw-r1's hosts: a split at dfw.
-        await provider(tree.client("dfw"), "dfw-disk", {"DISK_GB": {"total": 1000}},
-                       traits=["MISC_SHARES_VIA_AGGREGATE"], aggs=[AGG])
-        await provider(tree.client("dfw-r1"), "dfw-r1-agg",
-                       {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}}, aggs=[AGG])
-        for name in ("dfw", "global"):
-            await tree.zone_tree(name).refresh(fresh=True)
+        await split_pool(tree)
         b = req(1, request_id="split-me")
         b["groups"] = [{"resources": {"VCPU": 1, "DISK_GB": 10}}]
         # The root loses dfw's answer: dfw placed the split (pool + cell); the
@@ -190,12 +196,7 @@ def test_a_second_cancel_of_a_split_leaves_a_later_placement_of_its_consumer_alo
     the new part's pool allocation: an acknowledged placement lost. An undo
     releases a pool part once; a second undo of the same part finds nothing."""
     async def scenario(tree: InProcessTree) -> None:
-        await provider(tree.client("dfw"), "dfw-disk", {"DISK_GB": {"total": 1000}},
-                       traits=["MISC_SHARES_VIA_AGGREGATE"], aggs=[AGG])
-        await provider(tree.client("dfw-r1"), "dfw-r1-agg",
-                       {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}}, aggs=[AGG])
-        for name in ("dfw", "global"):
-            await tree.zone_tree(name).refresh(fresh=True)
+        await split_pool(tree)
         b = req(1, request_id="first")
         b["groups"] = [{"resources": {"VCPU": 1, "DISK_GB": 10}}]
         consumer = b["consumers"][0]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from strato.zone.inprocess import InProcessTree
+from tests.zone.helpers import record_calls
 from tests.zone.test_split import make, req, used, zt
 
 V = "openstack-api-version"
@@ -330,14 +331,7 @@ def test_the_root_asks_only_the_cell_that_holds_a_consumer(tmp_path: Path) -> No
     async def scenario(tree: InProcessTree) -> None:
         root = tree.client("global")
         c = (await place(tree))["placements"][0]["consumer_uuid"]
-        calls: list[str] = []
-        real = tree.transport.call
-
-        async def counted(url: str, method: str, path: str, **kw: Any) -> Any:
-            if path.startswith("/allocations/"):
-                calls.append(url)
-            return await real(url, method, path, **kw)
-        tree.transport.call = counted  # type: ignore[method-assign]
+        calls = record_calls(tree, lambda _, path: path.startswith("/allocations/"))
         assert (await root.get(f"/allocations/{c}")).json()["allocations"]
         assert len(calls) == 1
         zt(tree, "global").consumer_zones.forget(c)  # as after a restart

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from strato.zone.inprocess import InProcessTree, ZoneSpec, build
-from tests.zone.helpers import own_allocations
+from tests.zone.helpers import own_allocations, record_calls
 
 TREE = [
     ZoneSpec("global"),
@@ -257,14 +257,7 @@ def test_best_mode_keeps_summaries_fresh_without_fetching_them(tmp_path: Path) -
     claim of the plan brings the owner's new summary up through every zone on
     its path, so nobody fetches one afterwards either."""
     async def scenario(tree: InProcessTree) -> None:
-        fetched: list[str] = []
-        real = tree.transport.call
-
-        async def counted(url: str, method: str, path: str, **kw: Any) -> Any:
-            if path.startswith("/strato/v1/summary"):
-                fetched.append(url)
-            return await real(url, method, path, **kw)
-        tree.transport.call = counted  # type: ignore[method-assign]
+        fetched = record_calls(tree, lambda _, path: path.startswith("/strato/v1/summary"))
         await schedule(tree, req(1, mode="best"))  # the first: every summary fetched
         fetched.clear()
         for _ in range(3):
