@@ -1309,6 +1309,8 @@ class ZoneTree:
                                                             only_placing=True), now=True):
             await self.undo(rid, placed=True)
             raise _cancelled(rid)
+        if below is None:
+            return _Reply(reply.status, body)
         return _Reply(reply.status, {**body, "zone_summary": await self.summary()})
 
     def _prefixed(self, answer: dict[str, Any], child: str) -> dict[str, Any]:

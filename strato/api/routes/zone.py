@@ -266,9 +266,10 @@ async def create_claim(request: Request, body: ClaimRequest) -> Response:
             answer = {**answer, "path": [owner, *(below if isinstance(below, list) else [])]}
         return json_response(answer, reply.status)
     answer = await run_in_threadpool(tree.local.claim_placements, payload)
-    if body.deadline is not None and not answer.get("replayed"):
-        # A parent zone asked (it sends a deadline): room moved here, and the
-        # answer carries this zone's summary, as a schedule answer does.
+    if body.deadline is not None and body.hold_ttl is None and not answer.get("replayed"):
+        # A parent zone claimed a plan here (it sends a deadline; a held share
+        # is confirmed or released next): room moved, and the answer carries
+        # this zone's summary, as a schedule answer does.
         answer = {**answer, "zone_summary": await tree.summary()}
     return json_response(answer)
 
