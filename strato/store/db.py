@@ -13,6 +13,8 @@ Two kinds of transaction:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
@@ -282,6 +284,15 @@ class Database:
         if self._lazy is not None and mark:
             self._lazy.durable(mark)
 
+    def durable_soon(self, mark: int) -> asyncio.Future[None] | None:
+        """`durable(mark)` for an event loop: None if the first `mark` lazy
+        commits are on the disk already, else a future of the running loop
+        that one syncer thread resolves (or fails with the OSError) once they
+        are, for every waiter at once: no worker thread held per waiter."""
+        if self._lazy is None or not mark:
+            return None
+        return self._lazy.durable_soon(mark)
+
     def sync(self) -> None:
         """Make every lazy commit so far durable (SQLite: fsync the WAL)."""
         if self._lazy is not None:
@@ -375,6 +386,9 @@ class _LazySync:
         self.written = 0
         self._synced = 0
         self._syncing = False
+        # Event loops' waiters (durable_soon): (mark, loop, future).
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._waker: threading.Thread | None = None
 
     def wrote(self) -> None:
         with self._cv:
@@ -431,6 +445,40 @@ class _LazySync:
                     self._synced = max(self._synced, target)
                 self._cv.notify_all()
 
+    def durable_soon(self, mark: int) -> asyncio.Future[None] | None:
+        with self._cv:
+            if self._synced >= mark:
+                return None
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((mark, loop, fut))
+            if self._waker is None:
+                self._waker = threading.Thread(target=self._wake_loop, daemon=True,
+                                               name="strato-durable")
+                self._waker.start()
+            self._cv.notify_all()
+        return fut
+
+    def _wake_loop(self) -> None:
+        """Sync for the event loops' waiters, a group at a time."""
+        while True:
+            with self._cv:
+                while not self._waiters:
+                    if self._closed:
+                        self._waker = None
+                        return
+                    self._cv.wait()
+                waiting, self._waiters = self._waiters, []
+            error: OSError | None = None
+            try:
+                self.durable(max(mark for mark, _, _ in waiting))
+            except OSError as exc:
+                error = exc
+            for _, loop, fut in waiting:
+                # A closed loop (RuntimeError): nobody waits any more.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_resolve, fut, error)
+
     def _fsync(self) -> bool:
         path = self._db.engine.url.database
         if not path or path == ":memory:":
@@ -451,8 +499,19 @@ class _LazySync:
             self._closed = True
             self._cv.notify_all()
             thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(5)
+            waker = self._waker
+        for t in (thread, waker):
+            if t is not None and t is not threading.current_thread():
+                t.join(5)
+
+
+def _resolve(fut: asyncio.Future[None], error: OSError | None) -> None:
+    if fut.done():
+        return  # its waiter was cancelled
+    if error is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(error)
 log = logging.getLogger("strato.store")
 
 

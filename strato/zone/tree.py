@@ -183,9 +183,9 @@ class ZoneTree:
 
     async def _durable(self) -> None:
         """Until every ledger commit so far is on the disk (SQLite FULL)."""
-        mark = self.db.lazy_mark()
-        if mark:
-            await asyncio.get_running_loop().run_in_executor(None, self.db.durable, mark)
+        waiting = self.db.durable_soon(self.db.lazy_mark())
+        if waiting is not None:
+            await waiting
 
     def _called(self, url: str, seconds: float, outcome: str) -> None:
         kids = self._kids[1] if self._kids is not None else []

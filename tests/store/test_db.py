@@ -286,3 +286,51 @@ def test_durable_waits_for_the_disk_once_for_many_callers(db: Database) -> None:
     before = len(fsyncs)
     db.durable(max(marks))  # already on the disk: no second fsync
     assert len(fsyncs) == before
+
+
+def test_an_event_loop_waits_for_the_disk_without_a_thread_per_waiter(db: Database) -> None:
+    """`durable_soon`: many requests of one event loop wait for the fsync of
+    their lazy commits together, on one syncer thread, each told only after an
+    fsync that began after its commit; nothing to wait for gives None; a disk
+    that refuses fails every waiter of that fsync."""
+    lazy = db._lazy
+    assert lazy is not None
+    fsyncs: list[int] = []
+    real = lazy._fsync
+
+    def counted() -> bool:
+        fsyncs.append(lazy.written)
+        time.sleep(0.02)
+        return real()
+    lazy._fsync = counted  # type: ignore[method-assign]
+    assert db.durable_soon(0) is None
+
+    async def one(k: int) -> int:
+        assert db.write_now(raw_insert(k), lazy=True)[0]
+        mark = db.lazy_mark()
+        waiting = db.durable_soon(mark)
+        assert waiting is not None
+        await waiting
+        assert any(f >= mark for f in fsyncs)
+        return mark
+
+    async def many() -> list[int]:
+        return await asyncio.gather(*(one(k) for k in range(1, 21)))
+    before = threading.active_count()
+    marks = asyncio.run(many())
+    assert sorted(stored(db)) == list(range(1, 21)) and len(marks) == 20
+    assert len(fsyncs) < 20, fsyncs
+    assert threading.active_count() <= before + 2  # the syncer (and lazy-sync) only
+    assert db.durable_soon(max(marks)) is None  # on the disk already
+
+    def broken() -> bool:
+        raise OSError(5, "Input/output error")
+    lazy._fsync = broken  # type: ignore[method-assign]
+
+    async def failing() -> None:
+        assert db.write_now(raw_insert(99), lazy=True)[0]
+        waiting = db.durable_soon(db.lazy_mark())
+        assert waiting is not None
+        await waiting
+    with pytest.raises(OSError):
+        asyncio.run(failing())
