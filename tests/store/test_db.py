@@ -244,11 +244,9 @@ os.kill(os.getpid(), signal.SIGKILL)
     con.close()
 
 
-def test_durable_waits_for_the_disk_once_for_many_callers(db: Database) -> None:
-    """A lazy commit then `durable(mark)` is a FULL commit (the ledger's path
-    with --ledger-commit sync): each caller returns only once an fsync that
-    began after its commit has ended, and callers that wait together share
-    fsyncs (group commit)."""
+def _slow_counted_fsyncs(db: Database) -> list[int]:
+    """The lazy commit count at each fsync of `db`'s WAL from now on, each
+    fsync made slow (20 ms) so that waiters pile up behind it."""
     lazy = db._lazy
     assert lazy is not None
     fsyncs: list[int] = []
@@ -256,9 +254,18 @@ def test_durable_waits_for_the_disk_once_for_many_callers(db: Database) -> None:
 
     def counted() -> bool:
         fsyncs.append(lazy.written)
-        time.sleep(0.02)  # a slow disk: the others pile up behind this one
+        time.sleep(0.02)
         return real()
     lazy._fsync = counted  # type: ignore[method-assign]
+    return fsyncs
+
+
+def test_durable_waits_for_the_disk_once_for_many_callers(db: Database) -> None:
+    """A lazy commit then `durable(mark)` is a FULL commit (the ledger's path
+    with --ledger-commit sync): each caller returns only once an fsync that
+    began after its commit has ended, and callers that wait together share
+    fsyncs (group commit)."""
+    fsyncs = _slow_counted_fsyncs(db)
     assert db.lazy_mark() == 0
     db.durable(0)  # nothing written: nothing to wait for
     assert fsyncs == []
@@ -293,16 +300,9 @@ def test_an_event_loop_waits_for_the_disk_without_a_thread_per_waiter(db: Databa
     their lazy commits together, on one syncer thread, each told only after an
     fsync that began after its commit; nothing to wait for gives None; a disk
     that refuses fails every waiter of that fsync."""
+    fsyncs = _slow_counted_fsyncs(db)
     lazy = db._lazy
     assert lazy is not None
-    fsyncs: list[int] = []
-    real = lazy._fsync
-
-    def counted() -> bool:
-        fsyncs.append(lazy.written)
-        time.sleep(0.02)
-        return real()
-    lazy._fsync = counted  # type: ignore[method-assign]
     assert db.durable_soon(0) is None
 
     async def one(k: int) -> int:
