@@ -474,6 +474,9 @@ class _LazySync:
                 self.durable(max(mark for mark, _, _ in waiting))
             except OSError as exc:
                 error = exc
+            except Exception as exc:  # never leave a waiter hanging
+                log.exception("syncing %s-wal failed", self._db.engine.url.database)
+                error = OSError(f"could not sync the database: {exc}")
             for _, loop, fut in waiting:
                 # A closed loop (RuntimeError): nobody waits any more.
                 with contextlib.suppress(RuntimeError):
@@ -512,6 +515,8 @@ def _resolve(fut: asyncio.Future[None], error: OSError | None) -> None:
         fut.set_result(None)
     else:
         fut.set_exception(error)
+
+
 log = logging.getLogger("strato.store")
 
 

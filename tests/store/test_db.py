@@ -300,9 +300,10 @@ def test_an_event_loop_waits_for_the_disk_without_a_thread_per_waiter(db: Databa
     their lazy commits together, on one syncer thread, each told only after an
     fsync that began after its commit; nothing to wait for gives None; a disk
     that refuses fails every waiter of that fsync."""
-    fsyncs = _slow_counted_fsyncs(db)
     lazy = db._lazy
     assert lazy is not None
+    real_fsync = lazy._fsync
+    fsyncs = _slow_counted_fsyncs(db)
     assert db.durable_soon(0) is None
 
     async def one(k: int) -> int:
@@ -327,10 +328,19 @@ def test_an_event_loop_waits_for_the_disk_without_a_thread_per_waiter(db: Databa
         raise OSError(5, "Input/output error")
     lazy._fsync = broken  # type: ignore[method-assign]
 
-    async def failing() -> None:
-        assert db.write_now(raw_insert(99), lazy=True)[0]
+    async def wait_for(k: int) -> None:
+        assert db.write_now(raw_insert(k), lazy=True)[0]
         waiting = db.durable_soon(db.lazy_mark())
         assert waiting is not None
         await waiting
     with pytest.raises(OSError):
-        asyncio.run(failing())
+        asyncio.run(wait_for(99))
+
+    def bug() -> bool:
+        raise ValueError("not a disk error")
+    lazy._fsync = bug  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="not a disk error"):
+        asyncio.run(wait_for(100))
+    # The syncer thread lived through both: the next waiter is served.
+    lazy._fsync = real_fsync  # type: ignore[method-assign]
+    asyncio.run(wait_for(101))
