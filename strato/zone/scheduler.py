@@ -272,15 +272,16 @@ class LocalScheduler:
         if found is not None:
             return found
         retries = 0
-        while True:
-            plan = await self._plan_async(req)
-            if req.dry_run:
-                return self._answer(req, plan, retries)
-            try:
-                return await self._claim_async(req, plan, retries)
-            except _LostRace:
-                self.observer.lost_race()
-                retries = _lost(retries)
+        if req.dry_run:
+            return self._answer(req, await self._plan_async(req), retries)
+        with self.db.expecting():
+            while True:
+                plan = await self._plan_async(req)
+                try:
+                    return await self._claim_async(req, plan, retries)
+                except _LostRace:
+                    self.observer.lost_race()
+                    retries = _lost(retries)
 
     def _start(self, req: ScheduleRequest) -> dict[str, Any] | None:
         """Validate; a caller's repeat of a request id is answered before

@@ -16,7 +16,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from strato.store.db import Database
+from strato.observe import Observer
+from strato.store.db import Database, _Batcher
 from strato.store.raw import Raw
 
 ROWS = sa.table("t", sa.column("k", sa.Integer))
@@ -95,6 +96,84 @@ def test_dispose_finishes_what_was_submitted_and_a_later_submit_starts_again(
     assert all(f.done() for f in futures)
     assert db.submit(insert(99)).result(10) == 99
     assert stored(db) == set(range(10)) | {99}
+
+
+class _Commits(Observer):
+    def __init__(self) -> None:
+        self.count = 0
+
+    def committed(self, seconds: float) -> None:
+        self.count += 1
+
+
+def test_the_writer_gathers_the_jobs_of_requests_at_work_at_once(db: Database) -> None:
+    """Group commit that waits for the wave: three requests at work at once
+    submit their jobs a few milliseconds apart (each planning in turn on one
+    event loop); the writer commits them together, not the first one alone.
+    Once that is forgotten, a request at work alone never waits for company."""
+    commits = _Commits()
+    db.observer = commits
+    wanted: list[int] = []
+    gather = db._batcher._gather
+
+    def counted(want: int) -> None:
+        wanted.append(want)
+        gather(want)
+    db._batcher._gather = counted  # type: ignore[method-assign]
+
+    async def request(k: int, start: asyncio.Event, delay: float) -> int:
+        with db.expecting():
+            await start.wait()
+            await asyncio.sleep(delay)  # the others plan meanwhile
+            return await asyncio.wrap_future(db.submit(insert(k)))
+
+    async def wave() -> list[int]:
+        start = asyncio.Event()
+        gap = _Batcher.GATHER_S / 5
+        tasks = [asyncio.create_task(request(k, start, k * gap)) for k in range(3)]
+        await asyncio.sleep(0)  # all three are at work
+        start.set()
+        return list(await asyncio.gather(*tasks))
+
+    assert asyncio.run(wave()) == [0, 1, 2]
+    assert commits.count == 1
+    assert wanted == [3]
+    assert stored(db) == {0, 1, 2}
+
+    time.sleep(2.5 * _Batcher.PEAK_WINDOW_S)
+    commits.count = 0
+    wanted.clear()
+
+    async def alone() -> int:
+        start = asyncio.Event()
+        start.set()
+        return await request(10, start, 0)
+    assert asyncio.run(alone()) == 10
+    assert (commits.count, wanted) == (1, [1])  # no one to wait for
+
+
+def test_a_gathering_writer_lets_a_waiting_thread_lead_and_a_close_end_it(
+        db: Database) -> None:
+    """The writer waiting for more jobs never holds up a thread that runs a
+    batch itself (`batched`: it takes the queue, with the submitted job in
+    it), nor a dispose."""
+    commits = _Commits()
+    db.observer = commits
+    db._batcher.enter()
+    db._batcher.enter()  # two requests at work: the writer waits for two jobs
+    try:
+        first = db.submit(insert(1))
+        time.sleep(_Batcher.GATHER_S / 5)  # the writer is gathering
+        assert db.batched(insert(2)) == 2
+        assert first.done() and first.result() == 1
+        assert commits.count == 1
+        lone = db.submit(insert(3))
+        db.dispose()
+        assert lone.result(0) == 3
+    finally:
+        db._batcher.leave()
+        db._batcher.leave()
+    assert stored(db) == {1, 2, 3}
 
 
 def test_a_job_the_database_refuses_rolls_back_alone(db: Database) -> None:
