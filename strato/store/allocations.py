@@ -338,6 +338,17 @@ def _write_consumers(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim]
 
 # --- Reads -----------------------------------------------------------------
 
+def holds_any(conn: Connection, consumer_uuid: str) -> bool:
+    """Whether `consumer_uuid` holds anything (one indexed probe: a release
+    checks it in the writer's group commit)."""
+    raw = Raw(conn)
+    try:
+        return raw.first("SELECT 1 FROM allocations WHERE consumer_id = ? LIMIT 1",
+                         (consumer_uuid,)) is not None
+    finally:
+        raw.close()
+
+
 DEFAULT_CONSUMER_TYPE = "unknown"  # Placement's name for "no consumer type recorded"
 
 

@@ -358,7 +358,7 @@ async def _delete_here(request: Request, key: str) -> bool:
     the claims and other releases waiting: one transaction and one fsync for
     all of them on SQLite, where each release used to commit alone)."""
     def job(conn: Connection) -> bool:
-        if not store.get_consumer_allocations(conn, key).allocations:
+        if not store.holds_any(conn, key):
             return False
         store.claim(conn, [store.ConsumerClaim(consumer_uuid=key)])
         return True
