@@ -338,15 +338,23 @@ def _write_consumers(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim]
 
 # --- Reads -----------------------------------------------------------------
 
-def holds_any(conn: Connection, consumer_uuid: str) -> bool:
-    """Whether `consumer_uuid` holds anything (one indexed probe: a release
-    checks it in the writer's group commit)."""
+def held(conn: Connection, consumer_uuid: str) -> dict[str, dict[str, int]]:
+    """What `consumer_uuid` holds, provider uuid -> class -> amount (one indexed
+    read on the cursor: a release makes it in the writer's group commit)."""
     raw = Raw(conn)
     try:
-        return raw.first("SELECT 1 FROM allocations WHERE consumer_id = ? LIMIT 1",
-                         (consumer_uuid,)) is not None
+        rows = raw.all(
+            "SELECT rp.uuid, rc.name, a.used FROM allocations a "
+            "JOIN resource_providers rp ON rp.id = a.resource_provider_id "
+            "JOIN resource_classes rc ON rc.id = a.resource_class_id "
+            "WHERE a.consumer_id = ?", (consumer_uuid,))
     finally:
         raw.close()
+    out: dict[str, dict[str, int]] = {}
+    for rp, rc, used in rows:
+        per = out.setdefault(str(rp), {})
+        per[str(rc)] = per.get(str(rc), 0) + int(used)
+    return out
 
 
 DEFAULT_CONSUMER_TYPE = "unknown"  # Placement's name for "no consumer type recorded"

@@ -41,7 +41,7 @@ from strato.observe import NOBODY, Observer
 from strato.store import groups as group_store
 from strato.store import ledger, provisional
 from strato.store import meta as meta_store
-from strato.store.allocations import ConsumerClaim, claim
+from strato.store.allocations import ConsumerClaim, claim, held
 from strato.zone.summary import own_summary
 
 # Combinations a plan may examine on the event loop before it is moved to a
@@ -538,6 +538,32 @@ class LocalScheduler:
             self.hosts.own_allocation_change(committed[0])
 
         return job, applied, answer
+
+    def release_job(self, consumer: str
+                    ) -> tuple[Callable[[Connection], bool], Callable[[bool], None]]:
+        """Removing everything `consumer` holds here, as a write job (False: it
+        held nothing) and its post-commit hook, which takes the freed room into
+        the index and host view as a claim's does: the next plan need not read
+        the store back."""
+        done: list[tuple[int, dict[str, dict[str, int]]]] = []
+
+        def job(conn: Connection) -> bool:
+            usage = held(conn, consumer)
+            if not usage:
+                return False
+            result = claim(conn, [ConsumerClaim(consumer_uuid=consumer)])
+            done[:] = [(result.change_seq, usage)]
+            return True
+
+        def applied(_: bool) -> None:
+            if not done:
+                return
+            seq, usage = done[0]
+            self.engine.own_claim(seq, {rp: {rc: -n for rc, n in per.items()}
+                                        for rp, per in usage.items()})
+            self.hosts.own_allocation_change(seq)
+
+        return job, applied
 
     def _recheck_spread(self, conn: Connection, req: ScheduleRequest, plan: Plan) -> None:
         """Hard affinity rules against the members as committed now, under the

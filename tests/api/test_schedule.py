@@ -348,3 +348,24 @@ def test_the_lean_path_answers_like_the_framework(sqlite_database: Database) -> 
         assert broken.json()["errors"][0]["detail"] == "unexpected error: RuntimeError"
         assert c.post("/strato/v1/schedule", json=req(1), headers={"x-auth-token": ""}
                       ).status_code == 401
+
+
+def test_a_release_frees_room_in_the_index_without_reading_the_store(
+        client: TestClient) -> None:
+    """DELETE /allocations/{consumer} reports what it freed to the scheduler's
+    index as a claim does: the next request plans on it without reading the
+    store back, and sees the room."""
+    rp = host(client, "h1", vcpu=4)
+    engine = client.app.state.scheduler.engine  # type: ignore[attr-defined]
+    first = schedule(client, req(n=4))
+    assert used(client, rp) == 4
+    schedule(client, req(), status=409)  # full
+    reads = engine.stats.incremental + engine.stats.full_loads
+    for p in first["placements"][:2]:
+        assert client.delete(f"/allocations/{p['consumer_uuid']}").status_code == 204
+    assert client.delete(f"/allocations/{first['placements'][0]['consumer_uuid']}"
+                         ).status_code == 404
+    again = schedule(client, req(n=2))
+    assert {p["provider"] for p in again["placements"]} == {rp}
+    assert engine.stats.incremental + engine.stats.full_loads == reads
+    assert used(client, rp) == 4

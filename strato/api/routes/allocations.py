@@ -47,8 +47,6 @@ from strato.store import allocations as store
 from strato.zone import subtree
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
-
     from strato.zone.tree import ZoneTree
 from strato.store import providers
 
@@ -356,13 +354,11 @@ async def create_allocations(request: Request) -> Response:
 async def _delete_here(request: Request, key: str) -> bool:
     """Remove `key`'s allocations here, in the writer's next group commit (with
     the claims and other releases waiting: one transaction and one fsync for
-    all of them on SQLite, where each release used to commit alone)."""
-    def job(conn: Connection) -> bool:
-        if not store.holds_any(conn, key):
-            return False
-        store.claim(conn, [store.ConsumerClaim(consumer_uuid=key)])
-        return True
-    return await asyncio.wrap_future(deps.db(request).submit(job))
+    all of them on SQLite, where each release used to commit alone); the
+    scheduler's index takes the freed room without reading it back."""
+    job, applied = request.app.state.scheduler.release_job(key)
+    done: bool = await asyncio.wrap_future(deps.db(request).submit(job, applied))
+    return done
 
 
 @router.delete("/allocations/{consumer_uuid}")
