@@ -539,28 +539,36 @@ class LocalScheduler:
 
         return job, applied, answer
 
-    def release_job(self, consumer: str
-                    ) -> tuple[Callable[[Connection], bool], Callable[[bool], None]]:
-        """Removing everything `consumer` holds here, as a write job (False: it
-        held nothing) and its post-commit hook, which takes the freed room into
-        the index and host view as a claim's does: the next plan need not read
-        the store back."""
+    def write_job(self, claims: Sequence[ConsumerClaim], *, release: bool = False
+                  ) -> tuple[Callable[[Connection], bool], Callable[[bool], None]]:
+        """An allocations write through the Placement API (each consumer's
+        allocations replaced by its claim's; `release`: a DELETE, one consumer)
+        as a job for the writer thread, and its post-commit hook, which takes
+        what moved into the index and host view as a schedule's claim does: the
+        next plan need not read the store back. The job answers False for a
+        release of a consumer that held nothing (and writes nothing)."""
         done: list[tuple[int, dict[str, dict[str, int]]]] = []
 
         def job(conn: Connection) -> bool:
-            usage = held(conn, consumer)
-            if not usage:
+            before = {c.consumer_uuid: held(conn, c.consumer_uuid) for c in claims}
+            if release and not any(before.values()):
                 return False
-            result = claim(conn, [ConsumerClaim(consumer_uuid=consumer)])
-            done[:] = [(result.change_seq, usage)]
+            result = claim(conn, claims)
+            delta: dict[str, dict[str, int]] = {}
+            for c in claims:
+                for sign, usage in ((-1, before[c.consumer_uuid]), (1, c.allocations)):
+                    for rp, per in usage.items():
+                        moved = delta.setdefault(rp, {})
+                        for rc, n in per.items():
+                            moved[rc] = moved.get(rc, 0) + sign * n
+            done[:] = [(result.change_seq, delta)]
             return True
 
         def applied(_: bool) -> None:
             if not done:
                 return
-            seq, usage = done[0]
-            self.engine.own_claim(seq, {rp: {rc: -n for rc, n in per.items()}
-                                        for rp, per in usage.items()})
+            seq, delta = done[0]
+            self.engine.own_claim(seq, delta)
             self.hosts.own_allocation_change(seq)
 
         return job, applied

@@ -369,3 +369,26 @@ def test_a_release_frees_room_in_the_index_without_reading_the_store(
     assert {p["provider"] for p in again["placements"]} == {rp}
     assert engine.stats.incremental + engine.stats.full_loads == reads
     assert used(client, rp) == 4
+
+
+def test_placement_writes_reach_the_index_without_a_read(client: TestClient) -> None:
+    """PUT /allocations (Nova's claim) runs in the writer's group commit and
+    reports what moved, a replacement included, to the scheduler's index."""
+    rp = host(client, "h1", vcpu=4)
+    engine = client.app.state.scheduler.engine  # type: ignore[attr-defined]
+    schedule(client, req())  # 1 used
+    reads = engine.stats.incremental + engine.stats.full_loads
+    consumer = str(uuid.uuid4())
+
+    def put(vcpu: int, generation: int | None) -> None:
+        r = client.put(f"/allocations/{consumer}", json={
+            "allocations": {rp: {"resources": {"VCPU": vcpu}}}, "project_id": "p",
+            "user_id": "u", "consumer_generation": generation, "consumer_type": "INSTANCE"})
+        assert r.status_code == 204, r.text
+    put(3, None)
+    schedule(client, req(), status=409)  # 4 of 4 used
+    put(1, 1)  # replaced: 2 of 4 used
+    schedule(client, req(n=2))
+    schedule(client, req(), status=409)
+    assert engine.stats.incremental + engine.stats.full_loads == reads
+    assert used(client, rp) == 4

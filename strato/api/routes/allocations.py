@@ -336,8 +336,7 @@ async def update_allocations(request: Request, consumer_uuid: str) -> Response:
     v = version(request)
     key = _consumer_path_uuid(consumer_uuid)
     claims = claims_of(await read_json(request), v, key)
-    with deps.db(request).write() as conn:
-        store.claim(conn, claims)
+    await _write_here(request, claims)
     return Response(status_code=204)
 
 
@@ -346,19 +345,25 @@ async def create_allocations(request: Request) -> Response:
     deps.authorize(request, "placement:allocations:manage")
     v = require(request, V1_13)
     claims = claims_of(await read_json(request), v)
-    with deps.db(request).write() as conn:
-        store.claim(conn, claims)
+    await _write_here(request, claims)
     return Response(status_code=204)
 
 
-async def _delete_here(request: Request, key: str) -> bool:
-    """Remove `key`'s allocations here, in the writer's next group commit (with
-    the claims and other releases waiting: one transaction and one fsync for
-    all of them on SQLite, where each release used to commit alone); the
-    scheduler's index takes the freed room without reading it back."""
-    job, applied = request.app.state.scheduler.release_job(key)
+async def _write_here(request: Request, claims: list[store.ConsumerClaim], *,
+                      release: bool = False) -> bool:
+    """Write `claims` here in the writer's next group commit (with the claims
+    and releases waiting: one transaction and one fsync for all of them on
+    SQLite), never on the event loop; the scheduler's index takes what moved
+    without reading it back. A `release` of a consumer that holds nothing here
+    writes nothing and answers False."""
+    job, applied = request.app.state.scheduler.write_job(claims, release=release)
     done: bool = await asyncio.wrap_future(deps.db(request).submit(job, applied))
     return done
+
+
+async def _delete_here(request: Request, key: str) -> bool:
+    """Remove `key`'s allocations here (False: it held none)."""
+    return await _write_here(request, [store.ConsumerClaim(consumer_uuid=key)], release=True)
 
 
 @router.delete("/allocations/{consumer_uuid}")
