@@ -194,11 +194,6 @@ class Database:
                 return self._pool.submit(self.batched, job, after)
         return self._batcher.submit(job, after, lazy=lazy)
 
-    def writer_busy(self) -> bool:
-        """SQLite: the writer has a batch running or jobs queued (a write
-        submitted now joins them)."""
-        return self._batcher.busy()
-
     @contextmanager
     def expecting(self) -> Iterator[None]:
         """Around a request that will `submit` a write: the writer thread

@@ -394,33 +394,29 @@ def test_placement_writes_reach_the_index_without_a_read(client: TestClient) -> 
     assert used(client, rp) == 4
 
 
-def test_a_placement_write_answers_once_on_disk_and_never_fsyncs_on_the_loop(
+def test_placement_writes_commit_in_the_writer_thread_never_on_the_loop(
         client: TestClient, sqlite_database: Database) -> None:
-    """With SQLite FULL, an allocations write made at once on the event loop
-    commits there without the fsync; the answer waits for the database's
-    syncer thread to have made it durable."""
+    """PUT and DELETE /allocations commit in the database's writer thread (an
+    fsync with SQLite FULL): never on the event loop, where a slow disk would
+    stall every request the zone serves."""
     import threading
 
+    from strato.observe import Observer
+
     assert sqlite_database.fsyncs
-    lazy = sqlite_database._lazy
-    assert lazy is not None
     rp = host(client, "h1", vcpu=4)
-    real = lazy._fsync
     where: list[str] = []
 
-    def traced() -> bool:
-        where.append(threading.current_thread().name)
-        return real()
-    lazy._fsync = traced  # type: ignore[method-assign]
+    class Where(Observer):
+        def committed(self, seconds: float) -> None:
+            where.append(threading.current_thread().name)
+    sqlite_database.observer = Where()
+    consumer = "0b8b1a0e-3a4c-4c0e-9a57-1d6c2b7e5f10"
     for vcpu, gen in ((1, None), (2, 1)):
-        consumer = "0b8b1a0e-3a4c-4c0e-9a57-1d6c2b7e5f10"
         r = client.put(f"/allocations/{consumer}", json={
             "allocations": {rp: {"resources": {"VCPU": vcpu}}}, "project_id": "p",
             "user_id": "u", "consumer_generation": gen, "consumer_type": "INSTANCE"})
         assert r.status_code == 204, r.text
-        assert lazy._synced >= lazy.written  # on disk before the answer
-    assert client.delete("/allocations/0b8b1a0e-3a4c-4c0e-9a57-1d6c2b7e5f10"
-                         ).status_code == 204
-    assert lazy._synced >= lazy.written
-    assert where and set(where) <= {"strato-durable", "strato-lazy-sync"}
+    assert client.delete(f"/allocations/{consumer}").status_code == 204
+    assert where == ["strato-writer"] * 3
     assert used(client, rp) == 0

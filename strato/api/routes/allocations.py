@@ -351,29 +351,15 @@ async def create_allocations(request: Request) -> Response:
 
 async def _write_here(request: Request, claims: list[store.ConsumerClaim], *,
                       release: bool = False) -> bool:
-    """Write `claims` here; the scheduler's index takes what moved without
-    reading it back. A `release` of a consumer that holds nothing here writes
-    nothing and answers False.
-
-    On SQLite, while the writer thread has work, the write joins its next
-    group commit (one transaction and one fsync for the claims and releases
-    waiting). When it has none, the write is made at once on the event loop
-    (a hand-off to the thread cost one client 15%) with a commit that does
-    not wait for the disk there: the answer waits for it, in the database's
-    syncer thread, so the loop never waits for an fsync. On PostgreSQL, in a
-    pool thread."""
-    db = deps.db(request)
+    """Write `claims` here, in the writer thread's next group commit (with the
+    claims and releases waiting: one transaction and one fsync for all of
+    them on SQLite; on PostgreSQL a pool thread), never on the event loop;
+    the scheduler's index takes what moved without reading it back. A
+    `release` of a consumer that holds nothing here writes nothing and
+    answers False."""
     job, applied = request.app.state.scheduler.write_job(claims, release=release)
-    if db.is_sqlite and not db.writer_busy():
-        with db.write(lazy=True) as conn:
-            done = job(conn)
-        applied(done)
-        waiting = db.durable_soon(db.lazy_mark())
-        if waiting is not None:
-            await waiting
-        return done
-    submitted: bool = await asyncio.wrap_future(db.submit(job, applied))
-    return submitted
+    done: bool = await asyncio.wrap_future(deps.db(request).submit(job, applied))
+    return done
 
 
 async def _delete_here(request: Request, key: str) -> bool:
