@@ -65,6 +65,22 @@ class NoValidPlacement(errors.Conflict):
         self.explain = explain
 
 
+def _moved(claims: Sequence[ConsumerClaim],
+           before: Mapping[str, Mapping[str, Mapping[str, int]]] | None = None
+           ) -> dict[str, dict[str, int]]:
+    """Usage moved by `claims` (provider uuid -> class -> amount): what they
+    allocate, less what their consumers held `before` (consumer -> usage)."""
+    out: dict[str, dict[str, int]] = {}
+    for c in claims:
+        old = (before or {}).get(c.consumer_uuid, {})
+        for sign, usage in ((-1, old), (1, c.allocations)):
+            for rp, per in usage.items():
+                moved = out.setdefault(rp, {})
+                for rc, n in per.items():
+                    moved[rc] = moved.get(rc, 0) + sign * n
+    return out
+
+
 class _LostRace(Exception):
     """The claim's transaction refused what the snapshot offered: try again."""
 
@@ -526,16 +542,8 @@ class LocalScheduler:
         def applied(_: dict[str, Any] | None) -> None:
             # Our own write, once committed: into the index and host view without
             # reading it back (before the next request plans, so it need not read).
-            if not committed:
-                return
-            usage: dict[str, dict[str, int]] = {}
-            for c in claims:
-                for rp, res in c.allocations.items():
-                    per = usage.setdefault(rp, {})
-                    for rc, n in res.items():
-                        per[rc] = per.get(rc, 0) + n
-            self.engine.own_claim(committed[0], usage)
-            self.hosts.own_allocation_change(committed[0])
+            if committed:
+                self._own_write(committed[0], _moved(claims))
 
         return job, applied, answer
 
@@ -554,24 +562,21 @@ class LocalScheduler:
             if release and not any(before.values()):
                 return False
             result = claim(conn, claims)
-            delta: dict[str, dict[str, int]] = {}
-            for c in claims:
-                for sign, usage in ((-1, before[c.consumer_uuid]), (1, c.allocations)):
-                    for rp, per in usage.items():
-                        moved = delta.setdefault(rp, {})
-                        for rc, n in per.items():
-                            moved[rc] = moved.get(rc, 0) + sign * n
-            done[:] = [(result.change_seq, delta)]
+            done[:] = [(result.change_seq, _moved(claims, before))]
             return True
 
         def applied(_: bool) -> None:
-            if not done:
-                return
-            seq, delta = done[0]
-            self.engine.own_claim(seq, delta)
-            self.hosts.own_allocation_change(seq)
+            if done:
+                self._own_write(*done[0])
 
         return job, applied
+
+    def _own_write(self, seq: int, moved: Mapping[str, Mapping[str, int]]) -> None:
+        """This process committed change `seq`, moving usage by `moved`
+        (provider uuid -> class -> amount): into the index and host view
+        without reading it back (before the next request plans)."""
+        self.engine.own_claim(seq, moved)
+        self.hosts.own_allocation_change(seq)
 
     def _recheck_spread(self, conn: Connection, req: ScheduleRequest, plan: Plan) -> None:
         """Hard affinity rules against the members as committed now, under the
