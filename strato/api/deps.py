@@ -30,8 +30,8 @@ def context(request: Request) -> Context:
 PARENT_ACTIONS = frozenset({
     "strato:summary:show", "strato:children:list", "strato:groups:show", "strato:schedule:create",
     "strato:schedule:explain", "strato:claims:create", "strato:claims:confirm",
-    "strato:claims:release", "strato:requests:cancel", "strato:providers:list",
-    "strato:providers:meta:show", "strato:providers:meta:update",
+    "strato:claims:release", "strato:requests:cancel", "strato:requests:list",
+    "strato:providers:list", "strato:providers:meta:show", "strato:providers:meta:update",
 })
 # Placement's rules a parent's routed calls never need (api/below.py routes
 # reads, writes to existing providers, allocations and new traits and

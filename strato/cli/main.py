@@ -304,9 +304,10 @@ def serve(
                                    "database named in --db if it does not exist."),
     ledger_commit: str = typer.Option(
         "sync", envvar="STRATO_LEDGER_COMMIT",
-        help="sync (default): a request's reservation, the parts it asks of "
-        "children and its answer each wait for the disk before the next step. "
-        "async: they do not (they survive the process dying, and the machine "
+        help="sync (default): a request's answer at a zone with children waits "
+        "for the disk before it is sent (its parts never wait: those lost with "
+        "the machine are found at the children on start-up). async: the answer "
+        "does not wait either (it survives the process dying, and the machine "
         "dying after 0.1 s); claims on providers always wait. See "
         "docs/operations.md."),
     max_header_bytes: int = typer.Option(

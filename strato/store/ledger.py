@@ -22,6 +22,7 @@ then given back too.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -210,6 +211,40 @@ def take_parts(conn: Connection, request_id: str, children: Sequence[str],
         conn.execute(sa.delete(rp).where(rp.c.id.in_([r.id for r in rows])))
     return [Part(r.child, r.part_id, tuple(orjson.loads(r.consumers)), r.attempt)
             for r in rows]
+
+
+def newest(conn: Connection) -> datetime | None:
+    """When the newest request or part this zone still has was recorded."""
+    stamps = [conn.execute(sa.select(sa.func.max(t.c.created_at))).scalar()
+              for t in (sr, request_parts)]
+    found = [s for s in stamps if s is not None]
+    return max(found) if found else None
+
+
+def known_parts(conn: Connection, child: str, since: datetime) -> set[str]:
+    """The part ids recorded for `child` since `since`."""
+    rp = request_parts
+    return set(conn.execute(sa.select(rp.c.part_id).where(
+        rp.c.child == child, rp.c.created_at >= since)).scalars())
+
+
+def made_by(conn: Connection, zone: str, newer_than: datetime, older_than: datetime,
+            after: tuple[datetime, str] | None = None, limit: int = 1000
+            ) -> list[tuple[str, datetime]]:
+    """(request id, when) of the requests here that `zone` sent (part ids it
+    made: ``…@zone#xxxxxxxx``), recorded between `newer_than` and `older_than`,
+    that hold or may hold something (at work, placed, or being undone), oldest
+    first, after the cursor `after`."""
+    pattern = "%@" + re.sub(r"([\\%_])", r"\\\1", zone) + "#" + "_" * 8
+    q = (sa.select(sr.c.request_id, sr.c.created_at)
+         .where(sr.c.created_at >= newer_than, sr.c.created_at <= older_than,
+                sr.c.status.in_([State.PLACING, State.PLACED, State.ABANDONED]),
+                sr.c.request_id.like(pattern, escape="\\"))
+         .order_by(sr.c.created_at, sr.c.request_id).limit(limit))
+    if after is not None:
+        q = q.where(sa.or_(sr.c.created_at > after[0],
+                           sa.and_(sr.c.created_at == after[0], sr.c.request_id > after[1])))
+    return [(r, c) for r, c in conn.execute(q)]
 
 
 def purge(conn: Connection, before: datetime, limit: int = 10_000) -> int:

@@ -19,3 +19,15 @@ def identity(conn: Connection) -> str:
     insert_ignore(conn, zone_meta, [{"key": IDENTITY, "value": secrets.token_urlsafe(32)}])
     return str(conn.execute(sa.select(zone_meta.c.value)
                             .where(zone_meta.c.key == IDENTITY)).scalar_one())
+
+
+def get(conn: Connection, key: str) -> str | None:
+    value = conn.execute(sa.select(zone_meta.c.value).where(zone_meta.c.key == key)).scalar()
+    return None if value is None else str(value)
+
+
+def put(conn: Connection, key: str, value: str | None) -> None:
+    """Set `key` (None: remove it)."""
+    conn.execute(sa.delete(zone_meta).where(zone_meta.c.key == key))
+    if value is not None:
+        conn.execute(sa.insert(zone_meta).values(key=key, value=value))

@@ -28,6 +28,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from strato.model.schedule import MAX_CONSUMERS, ScheduleRequest
+from strato.zone.attempt import part_zone
 
 # Sent as the x-strato-zone-protocol header on every zone-to-zone call. Bump it
 # when a message changes incompatibly.
@@ -295,6 +296,29 @@ class CancelAnswer(_Message):
     released: list[str] = Field(default_factory=list, max_length=MAX_CONSUMERS)
     forwarded: list[Name] = Field(default_factory=list, max_length=MAX_CHILDREN)
     deferred: list[Name] = Field(default_factory=list, max_length=MAX_CHILDREN)
+
+
+class RequestRef(_Message):
+    request_id: str = Field(min_length=1, max_length=255)
+
+
+class RequestsPage(_Message):
+    """GET /strato/v1/requests answered 200 (one page)."""
+
+    requests: list[RequestRef] = Field(max_length=10_000)
+    next: str | None = Field(default=None, max_length=300)
+
+
+def read_requests_page(zone: str, body: Any) -> dict[str, Any]:
+    """A page of the requests `zone` sent a child: {request_ids, next}. Every
+    id must be one of `zone`'s part ids (the child was asked for no other)."""
+    page = _parse(RequestsPage, body, "requests page")
+    ids = [r.request_id for r in page.requests]
+    if any(part_zone(rid) != zone for rid in ids):
+        raise Faulty(f"requests page: an id that zone {zone} did not make")
+    if page.next is not None and not ids:
+        raise Faulty("requests page: a next page after an empty one")
+    return {"request_ids": ids, "next": page.next}
 
 
 # -- server groups -------------------------------------------------------------------------

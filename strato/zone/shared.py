@@ -76,7 +76,7 @@ class Router(Caller, Protocol):
                    attempt: str | None = None) -> Any: ...
 
     async def record_part(self, attempt: Attempt, child: str, pid: str,
-                          consumers: Sequence[str]) -> None: ...
+                          consumers: Sequence[str], *, durable: bool = True) -> None: ...
 
 
 def shared_classes(tree: Router, req: ScheduleRequest) -> dict[str, int]:
@@ -107,7 +107,10 @@ async def schedule_split(tree: Router, req: ScheduleRequest, attempt: Attempt,
     ttl = tree.config.hold_ttl
     consumers = list(req.consumers)
 
-    await tree.record_part(attempt, POOL, f"{attempt.request_id}#{attempt.token}", consumers)
+    # In this zone's own database, before the hold: the hold's durable commit
+    # takes the record to the disk with it.
+    await tree.record_part(attempt, POOL, f"{attempt.request_id}#{attempt.token}", consumers,
+                           durable=False)
     for provider, aggs in pools[:MAX_POOLS_TRIED]:
         if not aggs:
             continue

@@ -14,7 +14,9 @@ with children:
    orders the rest and its own providers by predicted fit, and asks them
    (``delegate``: one at a time, best first; ``best``: all for dry-run plans,
    then claims the best at its owner). Every part it asks for is recorded
-   under the request's id first, so one cancel finds and undoes all of them;
+   under the request's id first, so one cancel finds and undoes all of them
+   (without waiting for the disk: ``zone/sweep.py`` finds the parts whose
+   records a dying machine took, at start-up);
 4. answers with the zone path of every placement; when nothing fits, a
    definite refusal (409, kept for a retry) only if every zone that might fit
    answered; otherwise 503 ``strato.zone_unavailable`` (not kept: a retry
@@ -35,7 +37,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -54,7 +56,7 @@ from strato.store.children import Child
 from strato.store.db import Database
 from strato.store.ledger import State
 from strato.store.util import utcnow
-from strato.zone import protocol, shared, split, subtree
+from strato.zone import protocol, shared, split, subtree, sweep
 from strato.zone import summary as summaries
 from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_id
 from strato.zone.failures import FailureMemory, Refusal, shape_of
@@ -120,7 +122,9 @@ class TreeConfig:
     schedule_concurrency: int = 1
     # "async": a request's reservation, parts and answer are committed
     # without waiting for the disk (durable when the process dies; within
-    # 0.1 s when the machine does). "sync": each waits. Claims always wait.
+    # 0.1 s when the machine does). "sync": the answer waits (and takes the
+    # records before it to the disk); parts never wait (zone/sweep.py finds
+    # those lost with the machine). Claims always wait.
     ledger_commit: str = "sync"
 
 
@@ -144,6 +148,8 @@ class ZoneTree:
     # Children with requests in doubt (None: not read from the store yet).
     _doubtful: set[str] | None = None
     _reconciling: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Children still to be asked for parts lost with the machine (zone/sweep.py).
+    _sweep: sweep.Sweep | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _fetching: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _group_locks: split.GroupLocks = field(default_factory=split.GroupLocks)
@@ -160,7 +166,8 @@ class ZoneTree:
         self._local_gate = asyncio.Semaphore(LOCAL_THREADS_PER_PLANNER
                                              * max(1, self.config.schedule_concurrency))
 
-    async def _write(self, job: Callable[[Connection], T], *, now: bool = False) -> T:
+    async def _write(self, job: Callable[[Connection], T], *, now: bool = False,
+                     durable: bool = True) -> T:
         """A write in the database's writer (grouped with concurrent ones).
 
         `now`: a job of the ledger's cursor statements only (no SQLAlchemy
@@ -171,8 +178,10 @@ class ZoneTree:
         WAL is then fsynced in a worker thread before this returns, which is
         the same durability as a FULL commit for less CPU than the writer
         thread's transaction. Otherwise the writer thread runs it, grouped, and
-        waits for the disk (never the event loop)."""
-        lazy = now and self.config.ledger_commit == "async"
+        waits for the disk (never the event loop). Not `durable`: never waits
+        for the disk (a later durable commit takes it there, or the syncer
+        thread within 0.1 s)."""
+        lazy = not durable or (now and self.config.ledger_commit == "async")
         if now:
             done, result = self.db.write_now(job, lazy=True)
             if done:
@@ -320,6 +329,10 @@ class ZoneTree:
     def purge_requests(self) -> int:
         """Forget answers kept by request id for longer than the retention."""
         before = utcnow() - timedelta(seconds=self.config.request_retention)
+        if self._sweep is not None:
+            # Not what the sweep compares its children's lists with.
+            before = min(before, datetime.fromtimestamp(self._sweep.start - 120.0, UTC)
+                         .replace(tzinfo=None))
         total = 0
         while True:
             with self.db.write() as conn:
@@ -697,16 +710,22 @@ class ZoneTree:
                 req.model_copy(update={"request_id": rid, "deadline": deadline}))
 
     async def record_part(self, attempt: Attempt, child: str, pid: str,
-                          consumers: Sequence[str]) -> None:
+                          consumers: Sequence[str], *, durable: bool = True) -> None:
         """Record a part before it is asked for; the attempt's first part also
         reserves its id (raises _Duplicate if another request has it). A part is
         recorded only while the attempt still holds the reservation: once it was
-        cancelled (or abandoned by recovery), nothing more is asked for."""
+        cancelled (or abandoned by recovery), nothing more is asked for.
+
+        Not `durable`: without waiting for the disk. For a part a child holds
+        under its part id (a schedule call) or one this zone's own database
+        holds: one lost with the machine is found and cancelled at start-up
+        (zone/sweep.py), and the answer's durable commit takes every record
+        before it to the disk."""
         rid, token = attempt.request_id, attempt.token
         if attempt.reserved:
             if not await self._write(lambda conn: ledger.add_part(conn, rid, child, pid,
                                                                   consumers, token),
-                                     now=True):
+                                     now=True, durable=durable):
                 raise await self._lost(attempt)
             return
 
@@ -715,7 +734,7 @@ class ZoneTree:
                 return False
             ledger.add_part(conn, rid, child, pid, consumers, token)
             return True
-        if not await self._write(job, now=True):
+        if not await self._write(job, now=True, durable=durable):
             raise _Duplicate()
         attempt.reserved = True
 
@@ -958,7 +977,7 @@ class ZoneTree:
         if attempt is None:
             return None
         pid = part_id(attempt.request_id, self.config.name)
-        await self.record_part(attempt, child, pid, req.consumers)
+        await self.record_part(attempt, child, pid, req.consumers, durable=False)
         return pid
 
     async def ask(self, child: Child, req: ScheduleRequest, attempt: Attempt | None,
@@ -1359,14 +1378,58 @@ class ZoneTree:
             return False
         return await self._decided(request_id, attempt)
 
+    def recovery_interval(self) -> float:
+        return max(0.5, min(self.config.hold_ttl / 6, 2.0))
+
     async def run_recovery(self) -> None:
-        """Background loop (HTTP servers): a recovery round a few times per hold TTL."""
+        """Background loop (HTTP servers): a recovery round a few times per hold
+        TTL, this zone's heartbeat, and the start-up sweep for parts lost with
+        the machine (zone/sweep.py) until every child was asked."""
         while True:
             try:
+                if await self.children():
+                    await self._write(sweep.heartbeat)
+                if self._sweep is not None:
+                    self._sweep = await sweep.run(self, self._sweep)
                 await self.recover()
             except Exception:
                 log.exception("recovery round failed")
-            await asyncio.sleep(max(0.5, min(self.config.hold_ttl / 6, 2.0)))
+            await asyncio.sleep(self.recovery_interval())
+
+    async def open_sweep(self) -> None:
+        """At start-up, before any request: note the sweep owed for parts that
+        may have been lost with the machine (zone/sweep.py)."""
+        names = [c.name for c in await self.children()]
+        self._sweep = await self._write(partial(
+            sweep.plan, children=names, now=time.time(),
+            beat_s=self.recovery_interval()))
+        if self._sweep is not None:
+            log.info("asking %d child zone(s) for parts this zone may have lost the record "
+                     "of (made %.0f s to %.0f s ago)", len(self._sweep.children),
+                     time.time() - self._sweep.start, time.time() - self._sweep.end)
+
+    def made_by(self, zone: str, newer_than: datetime, older_than: datetime,
+                after: tuple[datetime, str] | None, limit: int
+                ) -> list[tuple[str, datetime]]:
+        """Requests here that `zone` sent (GET /strato/v1/requests; a thread)."""
+        with self.db.read() as conn:
+            return ledger.made_by(conn, zone, newer_than, older_than, after, limit)
+
+    async def known_parts(self, child: str, since: float) -> set[str]:
+        stamp = datetime.fromtimestamp(since, UTC).replace(tzinfo=None)
+        return await self._read(partial(ledger.known_parts, child=child, since=stamp))
+
+    async def cancel_part(self, child: Child, pid: str, why: str) -> None:
+        """Cancel the part `pid` at `child`, or record it in doubt there (cancelled
+        when it answers again)."""
+        failed = await self._send_cancel(child, pid)
+        if failed is not None:
+            await self.note_in_doubt(child.name, pid, [], f"{why}; cancel not "
+                                     f"delivered: {failed}")
+
+    async def write_meta(self, job: Callable[[Connection], T]) -> T:
+        """A write of this zone's own facts (waits for the disk)."""
+        return await self._write(job)
 
 
 class _Duplicate(Exception):

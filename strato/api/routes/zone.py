@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import re
 import uuid as uuidlib
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter
@@ -357,3 +358,55 @@ async def cancel_request(request: Request, body: CancelRequest) -> Response:
             "Policy does not allow strato:requests:cancel to be performed: a request is "
             "cancelled only by the zone that sent it (its parent zone) or an admin")
     return json_response(await tree_of(request).cancel(body.request_id))
+
+
+_CURSOR = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\|(.{1,255})$", re.S)
+_MAX_AGE_S = 10 * 366 * 86400.0
+
+
+@router.get("/requests")
+async def list_requests(request: Request, made_by: str, newer_than: float,
+                        older_than: float = 0.0, after: str | None = None,
+                        limit: int = 1000) -> Response:
+    """The requests this zone holds, or may hold something for, that zone
+    `made_by` sent (its part ids, ``…@made_by#xxxxxxxx``): those recorded
+    between `newer_than` and `older_than` seconds ago (this zone's clock:
+    ages, so that the two zones' clocks need not agree), oldest first, at
+    most `limit`, after the cursor `after` (the previous page's `next`).
+
+    A zone restarting asks its children for this (zone/sweep.py): a part it
+    recorded without waiting for the disk, lost with the machine, shows up
+    here and is cancelled. Only that zone (its parent link) or an admin may
+    ask."""
+    ctx = deps.require_admin(request, "strato:requests:list")
+    tree = tree_of(request)
+    if not re.match(_ZONE_NAME, made_by):
+        raise errors.BadRequest("made_by: a zone name ([A-Za-z0-9_.-], at most 63)")
+    if "admin" not in ctx.roles and (made_by == tree.config.name
+                                     or not deps.is_parent(ctx)):
+        raise errors.Forbidden(
+            "Policy does not allow strato:requests:list to be performed: a zone lists "
+            "only the requests its parent sent, for that parent, or for an admin")
+    for name, value in (("newer_than", newer_than), ("older_than", older_than)):
+        if not 0.0 <= value <= _MAX_AGE_S:
+            raise errors.BadRequest(f"{name}: seconds, from 0 to {_MAX_AGE_S:.0f}")
+    if not 1 <= limit <= 10_000:
+        raise errors.BadRequest("limit: from 1 to 10000")
+    cursor: tuple[datetime, str] | None = None
+    if after is not None:
+        found = _CURSOR.match(after)
+        if found is None:
+            raise errors.BadRequest("after: the `next` of an earlier page")
+        try:
+            cursor = (datetime.fromisoformat(found.group(1)), found.group(2))
+        except ValueError:
+            raise errors.BadRequest("after: the `next` of an earlier page") from None
+    now = datetime.now(UTC).replace(tzinfo=None)  # utcnow() drops the fraction
+    rows = await run_in_threadpool(
+        tree.made_by, made_by, now - timedelta(seconds=newer_than),
+        now - timedelta(seconds=older_than), cursor, limit)
+    last = rows[-1] if len(rows) == limit else None
+    return json_response({
+        "requests": [{"request_id": rid} for rid, _ in rows],
+        "next": None if last is None
+        else f"{last[1].replace(microsecond=0).isoformat()}|{last[0]}"})

@@ -1,0 +1,185 @@
+"""Parts lost with the machine: found at the children on start-up, and cancelled.
+
+A routing zone records each part of a request (``rid@zone#xxxxxxxx``) in its
+ledger before it asks a child for it, but it does not wait for the disk for
+that record: the answer it gives later waits, and with it every record made
+before (SQLite's WAL, like PostgreSQL's, reaches the disk in order). A
+process that dies loses nothing; a machine that dies may lose the records of
+the last moments. A part asked for in those moments may then be held at a
+child while this zone, back from its disk, has no record of it: nobody was
+told of it, nobody would ever cancel it, and the client's retry would place
+the request again.
+
+So on start-up, before it serves a request, a zone notes the stretch of time
+such parts can come from (`plan`): after its last heartbeat (written every
+recovery round, waiting for the disk, which takes every record made before
+it there too) and after the newest record it still has, and before the next
+heartbeat would have reached the disk (plus a margin). Then, in the
+background until each child has answered (`run`), it asks every child which
+requests it holds that this zone sent in that stretch (GET
+/strato/v1/requests), and cancels those its ledger does not know. The stretch
+is kept in the zone's database until every child was asked, through further
+restarts; the heartbeat bounds it, so a database restored from an old backup
+never cancels what was placed since.
+
+Waiting for the disk before each part instead cost each routing zone on a
+request's path one more fsync and two thread hand-offs (benchmarks/README,
+"Sixteenth session").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from sqlalchemy.engine import Connection
+
+from strato.store import ledger, zone_meta
+from strato.store.children import Child
+from strato.zone import protocol
+from strato.zone.transport import Unreachable
+
+if TYPE_CHECKING:
+    from strato.zone.tree import ZoneTree
+
+ALIVE = "alive_at"
+PENDING = "lost_parts_sweep"
+# Before the newest record (records are stamped in whole seconds, and
+# concurrent ones commit out of order by a little) and after the heartbeat
+# (a round late, or a stalled event loop).
+BEFORE_S = 5.0
+AFTER_S = 30.0
+PAGE = 1000
+
+log = logging.getLogger("strato.zone")
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    start: float  # epoch seconds, this zone's clock
+    end: float
+    children: tuple[str, ...]
+
+    def dump(self) -> str:
+        return json.dumps({"from": self.start, "to": self.end,
+                           "children": list(self.children)})
+
+    @classmethod
+    def load(cls, text: str | None) -> Sweep | None:
+        if not text:
+            return None
+        try:
+            raw = json.loads(text)
+            return cls(float(raw["from"]), float(raw["to"]),
+                       tuple(str(c) for c in raw["children"]))
+        except (ValueError, KeyError, TypeError):
+            log.error("unreadable %s in the zone's metadata: dropped", PENDING)
+            return None
+
+
+def _epoch(stamp: datetime) -> float:
+    return stamp.replace(tzinfo=UTC).timestamp()
+
+
+def plan(conn: Connection, children: list[str], now: float, beat_s: float) -> Sweep | None:
+    """At start-up, before any request: the sweep owed (merged with one left
+    unfinished by an earlier run), stored; None if there is none."""
+    pending = Sweep.load(zone_meta.get(conn, PENDING))
+    newest = ledger.newest(conn)
+    alive = zone_meta.get(conn, ALIVE)
+    if alive is not None and children:
+        # A record lost was made after the last commit that waited for the
+        # disk (the heartbeat's, at least), so after the newest record kept
+        # too, and before the next heartbeat would have reached the disk.
+        last = max(float(alive), _epoch(newest) if newest is not None else 0.0)
+        start = last - BEFORE_S
+        end = max(start, min(now, float(alive) + beat_s + AFTER_S))
+        if pending is not None:
+            start, end = min(start, pending.start), max(end, pending.end)
+            children = sorted({*children, *pending.children})
+        pending = Sweep(start, end, tuple(children))
+    zone_meta.put(conn, PENDING, None if pending is None else pending.dump())
+    zone_meta.put(conn, ALIVE, repr(now))
+    return pending
+
+
+def heartbeat(conn: Connection) -> None:
+    zone_meta.put(conn, ALIVE, repr(time.time()))
+
+
+def _done(conn: Connection, child: str) -> Sweep | None:
+    pending = Sweep.load(zone_meta.get(conn, PENDING))
+    if pending is None:
+        return None
+    rest = tuple(c for c in pending.children if c != child)
+    pending = Sweep(pending.start, pending.end, rest) if rest else None
+    zone_meta.put(conn, PENDING, None if pending is None else pending.dump())
+    return pending
+
+
+async def run(tree: ZoneTree, sweep: Sweep) -> Sweep | None:
+    """Ask each child of `sweep` that answers; what is left for a later round."""
+    kids = {c.name: c for c in await tree.children()}
+    left: Sweep | None = sweep
+    for name in sweep.children:
+        child = kids.get(name)
+        if child is not None:
+            if not tree.health_of(name).due():
+                continue
+            if not await _sweep_child(tree, child, sweep):
+                continue
+        else:
+            log.warning("child %s was removed before it could be asked for parts lost "
+                        "with this zone's machine", name)
+        left = await tree.write_meta(partial(_done, child=name))
+    return left
+
+
+async def _sweep_child(tree: ZoneTree, child: Child, sweep: Sweep) -> bool:
+    """True once `child` was asked for every page and its unknown parts were
+    cancelled (or recorded in doubt, to be cancelled when it answers)."""
+    listed: list[str] = []
+    after: str | None = None
+    while True:
+        now = time.time()
+        params: dict[str, Any] = {"made_by": tree.config.name,
+                                  "newer_than": round(max(0.0, now - sweep.start), 3),
+                                  "older_than": round(max(0.0, now - sweep.end), 3),
+                                  "limit": PAGE}
+        if after is not None:
+            params["after"] = after
+        try:
+            reply = await tree.transport.call(
+                child.url, "GET", f"/strato/v1/requests?{urlencode(params)}",
+                token=child.credential, timeout=tree.config.child_timeout)
+        except Unreachable as exc:
+            tree.health_of(child.name).failed(exc.why)
+            return False
+        if reply.status != 200:
+            log.warning("child %s answered %s when asked for the requests this zone sent "
+                        "(an older version?): asked again later", child.name, reply.status)
+            return False
+        try:
+            page = protocol.read_requests_page(tree.config.name, reply.body)
+        except protocol.Faulty as exc:
+            tree.health_of(child.name).failed(f"faulty: {exc.reason}", faulty=True)
+            return False
+        listed += page["request_ids"]
+        after = page["next"]
+        if after is None:
+            break
+    known = await tree.known_parts(child.name, sweep.start - 60.0)
+    lost = [pid for pid in listed if pid not in known]
+    for pid in lost:
+        await tree.cancel_part(child, pid, "recorded here without waiting for the disk, "
+                               "and lost with this zone's machine")
+    if lost:
+        log.warning("child %s held %d part(s) this zone asked for just before its machine "
+                    "went down, and had lost the record of: cancelled", child.name, len(lost))
+    return True

@@ -1,0 +1,191 @@
+"""Parts lost with the machine (zone/sweep.py).
+
+A routing zone records a request's parts without waiting for the disk; a
+machine that dies may take the last records with it while a child holds the
+part. On start-up the zone asks its children for what it sent in the moments
+it may have lost, and cancels what its ledger does not know. Here the loss is
+made by deleting the records, as the disk would have lost them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from strato.store import zone_meta
+from strato.store.schema import request_parts, schedule_requests
+from strato.zone import sweep
+from strato.zone.inprocess import InProcessTree
+from tests.zone.helpers import own_allocations
+from tests.zone.test_tree import req, run, schedule
+
+
+def forget(tree: InProcessTree, zone: str, request_id: str) -> None:
+    """`zone`'s disk lost the records of `request_id` (and of its parts)."""
+    with tree.dbs[zone].write() as conn:
+        conn.execute(sa.delete(request_parts).where(request_parts.c.request_id == request_id))
+        conn.execute(sa.delete(schedule_requests)
+                     .where(schedule_requests.c.request_id == request_id))
+
+
+def placed_at(tree: InProcessTree, consumer: str) -> list[str]:
+    return [z for z in tree.dbs if own_allocations(tree, z, consumer)]
+
+
+async def restart(tree: InProcessTree, zone: str) -> sweep.Sweep | None:
+    """What a start-up does before serving: plan the sweep."""
+    zt = tree.zone_tree(zone)
+    await zt.open_sweep()
+    return zt._sweep
+
+
+async def sweep_round(tree: InProcessTree, zone: str) -> sweep.Sweep | None:
+    zt = tree.zone_tree(zone)
+    assert zt._sweep is not None
+    zt._sweep = await sweep.run(zt, zt._sweep)
+    return zt._sweep
+
+
+async def heartbeat(tree: InProcessTree, zone: str, at: float | None = None) -> None:
+    await tree.zone_tree(zone).write_meta(
+        lambda conn: zone_meta.put(conn, sweep.ALIVE, repr(time.time() if at is None else at)))
+
+
+def test_a_part_the_root_lost_the_record_of_is_cancelled_down_the_tree(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await heartbeat(tree, "global")
+        await heartbeat(tree, "dfw")
+        kept = req(request_id="kept-1")
+        lost = req(request_id="lost-1")
+        await schedule(tree, kept)
+        ans = await schedule(tree, lost)
+        consumer = ans["placements"][0]["consumer_uuid"]
+        leaf = ans["placements"][0]["zone"].split("/")[-1]
+        assert placed_at(tree, consumer) == [leaf]
+        # The machine died: the answer never left, and the disk lost the records.
+        forget(tree, "global", "lost-1")
+
+        pending = await restart(tree, "global")
+        assert pending is not None and set(pending.children) == {"dfw", "ord"}
+        assert await sweep_round(tree, "global") is None
+        assert placed_at(tree, consumer) == []
+        assert placed_at(tree, kept["consumers"][0]) != []
+        # The client's retry places it once, afresh.
+        again = await schedule(tree, lost)
+        assert "replayed" not in again
+        assert len(placed_at(tree, consumer)) == 1
+        # Nothing is owed any more, across a restart too.
+        with tree.dbs["global"].read() as conn:
+            assert zone_meta.get(conn, sweep.PENDING) is None
+    run(tmp_path, scenario)
+
+
+def test_a_child_down_at_start_up_is_asked_when_it_answers_even_after_another_restart(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await heartbeat(tree, "global")
+        ans = await schedule(tree, req(request_id="lost-2",
+                                       constraints=[{"type": "location",
+                                                     "pattern": "dfw/*"}]))
+        consumer = ans["placements"][0]["consumer_uuid"]
+        forget(tree, "global", "lost-2")
+        tree.kill("dfw")
+        await restart(tree, "global")
+        left = await sweep_round(tree, "global")
+        assert left is not None and left.children == ("dfw",)
+        assert placed_at(tree, consumer) != []
+        # Restarted again while dfw is still away: the owed sweep is kept.
+        await heartbeat(tree, "global")
+        again = await restart(tree, "global")
+        assert again is not None and "dfw" in again.children
+        assert again.start <= left.start
+        tree.revive("dfw")
+        tree.zone_tree("global").health_of("dfw").ok()
+        assert await sweep_round(tree, "global") is None
+        assert placed_at(tree, consumer) == []
+    run(tmp_path, scenario)
+
+
+def test_a_database_restored_from_an_old_backup_cancels_nothing_placed_since(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        # The last heartbeat the database has is long before these requests
+        # (as in a backup): what they placed is not the sweep's to cancel.
+        await heartbeat(tree, "global", at=time.time() - 3600)
+        with tree.dbs["global"].write() as conn:
+            conn.execute(sa.insert(schedule_requests).values(
+                request_id="old", status=200, response="{}",
+                created_at=sa.func.datetime("now", "-3601 seconds")))
+        ans = await schedule(tree, req(request_id="after-backup"))
+        consumer = ans["placements"][0]["consumer_uuid"]
+        forget(tree, "global", "after-backup")
+        await restart(tree, "global")
+        assert await sweep_round(tree, "global") is None
+        assert placed_at(tree, consumer) != []
+    run(tmp_path, scenario)
+
+
+def test_a_zone_that_never_ran_with_children_owes_no_sweep(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await schedule(tree, req())
+        assert await restart(tree, "global") is None  # no heartbeat yet
+        assert await restart(tree, "dfw-r1") is None  # no children
+    run(tmp_path, scenario)
+
+
+async def listing(tree: InProcessTree, zone: str, status: int = 200,
+                  token: str = "admin", **params: Any) -> dict[str, Any]:
+    r = await tree.client(zone).get("/strato/v1/requests", params=params,
+                                    headers={"x-auth-token": token})
+    assert r.status_code == status, r.text
+    return dict(r.json())
+
+
+def test_a_child_lists_only_what_that_zone_sent_in_the_window_page_by_page(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        for i in range(3):
+            await schedule(tree, req(request_id=f"r{i}",
+                                     constraints=[{"type": "location", "pattern": "dfw/*"}]))
+        # A refusal holds nothing: not listed.
+        await schedule(tree, req(vcpu=1000, request_id="too-big"), status=409)
+        got = await listing(tree, "dfw", made_by="global", newer_than=60)
+        ids = [r["request_id"] for r in got["requests"]]
+        assert len(ids) == 3 and all(i.split("@")[0] in ("r0", "r1", "r2") for i in ids)
+        assert got["next"] is None
+        # dfw's own parts at its cells are dfw's, not global's.
+        assert (await listing(tree, "dfw-r1", made_by="global", newer_than=60))["requests"] == []
+        paged: list[str] = []
+        after = None
+        while True:
+            params: dict[str, Any] = {"made_by": "global", "newer_than": 60, "limit": 2}
+            if after:
+                params["after"] = after
+            page = await listing(tree, "dfw", **params)
+            paged += [r["request_id"] for r in page["requests"]]
+            after = page["next"]
+            if after is None:
+                break
+        assert paged == ids
+        assert (await listing(tree, "dfw", made_by="global", newer_than=60,
+                              older_than=30))["requests"] == []
+        # A zone name's LIKE wildcards match only themselves.
+        assert (await listing(tree, "dfw", made_by="g_obal", newer_than=60))["requests"] == []
+    run(tmp_path, scenario)
+
+
+def test_the_listing_refuses_bad_input_and_strangers(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        for params in ({"made_by": "global"}, {"made_by": "glo bal", "newer_than": 1},
+                       {"made_by": "global", "newer_than": -1},
+                       {"made_by": "global", "newer_than": "soon"},
+                       {"made_by": "global", "newer_than": 1, "limit": 0},
+                       {"made_by": "global", "newer_than": 1, "after": "nonsense"},
+                       {"made_by": "global", "newer_than": 1e300}):
+            body = await listing(tree, "dfw", 400, **params)
+            assert body["errors"][0]["status"] == 400
+        await listing(tree, "dfw", 403, token="someone:p", made_by="global", newer_than=1)
+    run(tmp_path, scenario)
