@@ -388,7 +388,15 @@ class _LazySync:
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._cv = threading.Condition()
+        # One lock; a condition per kind of waiter, so that a commit wakes
+        # nobody it need not (a thread woken for nothing costs the event loop
+        # the GIL): callers of durable() (an fsync ended), the syncer thread
+        # (a first lazy commit since the last sync) and the event loops'
+        # waker (a waiter came).
+        lock = threading.Lock()
+        self._cv = threading.Condition(lock)
+        self._dirty_cv = threading.Condition(lock)
+        self._waiters_cv = threading.Condition(lock)
         self._dirty = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -402,19 +410,20 @@ class _LazySync:
 
     def wrote(self) -> None:
         with self._cv:
-            self._dirty = True
+            was_dirty, self._dirty = self._dirty, True
             self.written += 1
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, daemon=True,
                                                 name="strato-lazy-sync")
                 self._thread.start()
-            self._cv.notify_all()  # callers of durable() wait on it too
+            if not was_dirty:
+                self._dirty_cv.notify()
 
     def _loop(self) -> None:
         while True:
             with self._cv:
                 while not self._dirty and not self._closed:
-                    self._cv.wait()
+                    self._dirty_cv.wait()
                 if self._closed:
                     return
             time.sleep(LAZY_SYNC_S)
@@ -466,7 +475,7 @@ class _LazySync:
                 self._waker = threading.Thread(target=self._wake_loop, daemon=True,
                                                name="strato-durable")
                 self._waker.start()
-            self._cv.notify_all()
+            self._waiters_cv.notify()
         return fut
 
     def _wake_loop(self) -> None:
@@ -477,7 +486,7 @@ class _LazySync:
                     if self._closed:
                         self._waker = None
                         return
-                    self._cv.wait()
+                    self._waiters_cv.wait()
                 waiting, self._waiters = self._waiters, []
             error: OSError | None = None
             try:
@@ -510,7 +519,8 @@ class _LazySync:
         self.sync()
         with self._cv:
             self._closed = True
-            self._cv.notify_all()
+            for cv in (self._cv, self._dirty_cv, self._waiters_cv):
+                cv.notify_all()
             thread, self._thread = self._thread, None
             waker = self._waker
         for t in (thread, waker):
