@@ -58,6 +58,8 @@ AFTER_S = 30.0
 PAGE = 1000
 
 log = logging.getLogger("strato.zone")
+# Children already warned about (a failing child is asked every round).
+_told: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +163,18 @@ async def _sweep_child(tree: ZoneTree, child: Child, sweep: Sweep) -> bool:
         except Unreachable as exc:
             tree.health_of(child.name).failed(exc.why)
             return False
+        if reply.status in (404, 405):
+            # A zone of an older version: it cannot say. Not asked again.
+            log.error("child %s cannot list the requests this zone sent (it answered %s: "
+                      "an older version?): parts this zone may have lost the record of "
+                      "just before its machine went down are not looked for there",
+                      child.name, reply.status)
+            return True
         if reply.status != 200:
-            log.warning("child %s answered %s when asked for the requests this zone sent "
-                        "(an older version?): asked again later", child.name, reply.status)
+            log.log(logging.DEBUG if child.name in _told else logging.WARNING,
+                    "child %s answered %s when asked for the requests this zone sent: "
+                    "asked again later", child.name, reply.status)
+            _told.add(child.name)
             return False
         try:
             page = protocol.read_requests_page(tree.config.name, reply.body)

@@ -19,6 +19,7 @@ from strato.store import zone_meta
 from strato.store.schema import request_parts, schedule_requests
 from strato.zone import sweep
 from strato.zone.inprocess import InProcessTree
+from strato.zone.transport import Reply
 from tests.zone.helpers import own_allocations
 from tests.zone.test_tree import req, run, schedule
 
@@ -188,4 +189,30 @@ def test_the_listing_refuses_bad_input_and_strangers(tmp_path: Path) -> None:
             body = await listing(tree, "dfw", 400, **params)
             assert body["errors"][0]["status"] == 400
         await listing(tree, "dfw", 403, token="someone:p", made_by="global", newer_than=1)
+    run(tmp_path, scenario)
+
+
+def test_a_child_that_cannot_list_is_not_asked_forever_and_a_liar_is_faulty(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await heartbeat(tree, "global")
+        await schedule(tree, req(request_id="any"))
+        zt = tree.zone_tree("global")
+        real = zt.transport.call
+
+        async def older_dfw_lying_ord(url: str, method: str, path: str, **kw: Any) -> Any:
+            if path.startswith("/strato/v1/requests?") and url.endswith("dfw"):
+                return Reply(404, {"errors": [{"status": 404, "title": "Not Found",
+                                               "detail": "no such route"}]})
+            if path.startswith("/strato/v1/requests?") and url.endswith("ord"):
+                return Reply(200, {"requests": [{"request_id": "x@elsewhere#0123abcd"}],
+                                   "next": None})
+            return await real(url, method, path, **kw)
+        zt.transport.call = older_dfw_lying_ord  # type: ignore[method-assign]
+        await restart(tree, "global")
+        left = await sweep_round(tree, "global")
+        # dfw is an older zone: given up on. ord answered with ids global never
+        # made: faulty, asked again once it is healthy.
+        assert left is not None and left.children == ("ord",)
+        assert "faulty" in (zt.health_of("ord").last_error or "")
     run(tmp_path, scenario)
