@@ -56,6 +56,8 @@ PENDING = "lost_parts_sweep"
 BEFORE_S = 5.0
 AFTER_S = 30.0
 PAGE = 1000
+# A few seconds of requests (the stretch is short): more is a child that lies.
+MAX_LISTED = 200_000
 
 log = logging.getLogger("strato.zone")
 # Children already warned about (a failing child is asked every round).
@@ -182,9 +184,13 @@ async def _sweep_child(tree: ZoneTree, child: Child, sweep: Sweep) -> bool:
             tree.health_of(child.name).failed(f"faulty: {exc.reason}", faulty=True)
             return False
         listed += page["request_ids"]
-        after = page["next"]
-        if after is None:
+        if page["next"] is None:
             break
+        if page["next"] == after or len(listed) > MAX_LISTED:
+            tree.health_of(child.name).failed(
+                "faulty: requests pages that do not end", faulty=True)
+            return False
+        after = page["next"]
     known = await tree.known_parts(child.name, sweep.start - 60.0)
     lost = [pid for pid in listed if pid not in known]
     for pid in lost:

@@ -175,6 +175,8 @@ def test_a_child_lists_only_what_that_zone_sent_in_the_window_page_by_page(
                               older_than=30))["requests"] == []
         # A zone name's LIKE wildcards match only themselves.
         assert (await listing(tree, "dfw", made_by="g_obal", newer_than=60))["requests"] == []
+        # ... and case counts (SQLite's LIKE ignores it).
+        assert (await listing(tree, "dfw", made_by="GLOBAL", newer_than=60))["requests"] == []
     run(tmp_path, scenario)
 
 
@@ -215,4 +217,27 @@ def test_a_child_that_cannot_list_is_not_asked_forever_and_a_liar_is_faulty(
         # made: faulty, asked again once it is healthy.
         assert left is not None and left.children == ("ord",)
         assert "faulty" in (zt.health_of("ord").last_error or "")
+    run(tmp_path, scenario)
+
+
+def test_a_child_whose_pages_never_end_is_faulty(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await heartbeat(tree, "global")
+        await schedule(tree, req(request_id="any"))
+        zt = tree.zone_tree("global")
+        real = zt.transport.call
+        asked: list[str] = []
+
+        async def endless_ord(url: str, method: str, path: str, **kw: Any) -> Any:
+            if path.startswith("/strato/v1/requests?") and url.endswith("ord"):
+                asked.append(path)
+                return Reply(200, {"requests": [{"request_id": "x@global#0123abcd"}],
+                                   "next": "2026-01-01T00:00:00|x"})
+            return await real(url, method, path, **kw)
+        zt.transport.call = endless_ord  # type: ignore[method-assign]
+        await restart(tree, "global")
+        left = await sweep_round(tree, "global")
+        assert left is not None and left.children == ("ord",)
+        assert len(asked) == 2
+        assert "pages that do not end" in (zt.health_of("ord").last_error or "")
     run(tmp_path, scenario)

@@ -407,6 +407,8 @@ async def list_requests(request: Request, made_by: str, newer_than: float,
         now - timedelta(seconds=older_than), cursor, limit)
     last = rows[-1] if len(rows) == limit else None
     return json_response({
-        "requests": [{"request_id": rid} for rid, _ in rows],
+        # Exactly that zone's (SQLite's LIKE ignores case).
+        "requests": [{"request_id": rid} for rid, _ in rows
+                     if attempt.part_zone(rid) == made_by],
         "next": None if last is None
         else f"{last[1].replace(microsecond=0).isoformat()}|{last[0]}"})
