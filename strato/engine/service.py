@@ -226,6 +226,17 @@ class Engine:
                 return
         self.db.wait_published(timeout)
 
+    def store_seq_nowait(self) -> int | None:
+        """`store_seq()` for an event loop: None unless it costs no wait
+        (SQLite, whose read of one row is a page in memory, and nobody else
+        using the engine at that moment)."""
+        if not self.db.is_sqlite or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._peek_seq()
+        finally:
+            self._lock.release()
+
     def store_seq(self) -> int | None:
         """The store's change sequence now (one tiny statement), None if unknown."""
         with self._lock:

@@ -256,6 +256,9 @@ class LocalScheduler:
         # awaits the commit (schedule_async) instead of handing each request to
         # a worker thread. On PostgreSQL claims block in the caller's thread.
         self.plans_inline = self.db.is_sqlite and plan_concurrency == 1
+        # The last summary() and what it was computed from: (the store's change
+        # sequence, the stale set object, the summary). See summary_now().
+        self._summary_kept: tuple[int, object, dict[str, Any]] | None = None
 
     # -- entry point -----------------------------------------------------------
 
@@ -346,7 +349,24 @@ class LocalScheduler:
         """This zone's own providers as one pool (see zone/summary.py)."""
         stale, _ = self._host_state(set())
         with self.engine.fresh() as index:
-            return own_summary(index, self.hosts.arrays(index), _rows_of(index, stale))
+            own = own_summary(index, self.hosts.arrays(index), _rows_of(index, stale))
+            if self.hosts.seq == index.seq:  # the host view and the index agree
+                self._summary_kept = (index.seq, stale, own)
+            return own
+
+    def summary_now(self) -> dict[str, Any] | None:
+        """The summary `summary()` last returned if nothing it was computed from
+        has changed since (the store's change sequence, the stale providers),
+        found without a wait: for an event loop, which else hands summary() to
+        a worker thread (a routing zone with providers of its own asks for it
+        on every request). None when it may have changed, or when finding out
+        would wait (PostgreSQL, or the engine busy). The caller must not
+        change the dict."""
+        kept = self._summary_kept
+        if kept is None or self.hosts.stale_cached() is not kept[1]:
+            return None
+        seq = self.engine.store_seq_nowait()
+        return kept[2] if seq is not None and seq == kept[0] else None
 
     def shared_pools(self, classes: dict[str, int], count: int
                      ) -> list[tuple[str, tuple[str, ...]]]:

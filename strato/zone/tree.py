@@ -528,6 +528,14 @@ class ZoneTree:
         self._own = (now, has)
         return has
 
+    async def own_summary(self) -> dict[str, Any]:
+        """This zone's own providers as one pool: the last one computed while
+        nothing changed here, else computed in a worker thread."""
+        own = self.local.summary_now()
+        if own is None:
+            own = await run_in_threadpool(self.local.summary)
+        return own
+
     async def summary(self, *, fresh: bool = False,
                       own: dict[str, Any] | None = None) -> dict[str, Any]:
         """This zone's subtree as one pool. Never waits on a slow child unless
@@ -537,7 +545,7 @@ class ZoneTree:
             if not await self.has_providers(fresh=fresh):
                 own = summaries.EMPTY
             else:
-                own = await run_in_threadpool(self.local.summary)
+                own = await self.own_summary()
         kids = await self.children()
         await self.refresh(kids, fresh=fresh,
                            wait=self.config.child_timeout * 0.8 if fresh else 0)
@@ -929,7 +937,7 @@ class ZoneTree:
         scored: list[tuple[float, str, Child | None]] = []
         shape = shape_of(req)
         if local and await self.has_providers():
-            own = await run_in_threadpool(self.local.summary)
+            own = await self.own_summary()
             why = prune_reason(req, own, None, ())
             if why is None:
                 scored.append((predicted_fit(req, own), LOCAL, None))
