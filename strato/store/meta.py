@@ -24,6 +24,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -183,6 +184,24 @@ def stale_ids(conn: Connection, now: datetime, window: float) -> sa.Select[tuple
         sa.or_(rp.c.id.in_(own), rp.c.root_provider_id.in_(own)))
 
 
+def _stale_statement() -> sa.Select[Any]:
+    own = (
+        sa.select(pm.c.resource_provider_id, pm.c.last_report_at)
+        .where(pm.c.heartbeat.is_(True),
+               sa.or_(pm.c.last_report_at.is_(None),
+                      pm.c.last_report_at < sa.bindparam("cutoff", type_=pm.c.last_report_at.type)))
+        .subquery()
+    )
+    return (sa.select(rp.c.uuid, own.c.last_report_at)
+            .join(own, sa.or_(own.c.resource_provider_id == rp.c.id,
+                              own.c.resource_provider_id == rp.c.root_provider_id)))
+
+
+# Built once: building it (a subquery's column proxies) cost more than running
+# it, and every zone runs it every second (HostView.stale).
+_STALE = _stale_statement()
+
+
 def stale_providers(conn: Connection, now: datetime | None = None,
                     window: float = DEFAULT_STALE_AFTER) -> dict[str, float | None]:
     """Stale provider uuid -> seconds since its (or its root's) last report, None if never.
@@ -192,17 +211,7 @@ def stale_providers(conn: Connection, now: datetime | None = None,
     """
     now = now or now_utc()
     cutoff = now - timedelta(seconds=window)
-    own = (
-        sa.select(pm.c.resource_provider_id, pm.c.last_report_at)
-        .where(pm.c.heartbeat.is_(True),
-               sa.or_(pm.c.last_report_at.is_(None), pm.c.last_report_at < cutoff))
-        .subquery()
-    )
-    rows = conn.execute(
-        sa.select(rp.c.uuid, own.c.last_report_at)
-        .join(own, sa.or_(own.c.resource_provider_id == rp.c.id,
-                          own.c.resource_provider_id == rp.c.root_provider_id))
-    ).all()
+    rows = conn.execute(_STALE, {"cutoff": cutoff}).all()
     out: dict[str, float | None] = {}
     for uuid, last in rows:
         age = _age(last, now)
