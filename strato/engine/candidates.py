@@ -749,12 +749,33 @@ def _ranked_with_limit(ctx: _Context, simple: npt.NDArray[np.int64], simple_scor
         kth = ranked[k - 1].score
         order = np.flatnonzero(bounds > kth + EPS if ctx.request.skip_ties
                                else bounds + EPS >= kth)
-    order = order[np.argsort(-bounds[order], kind="stable")]
-    for j in order.tolist():
-        if len(ranked) >= k and bounds[j] + EPS < ranked[k - 1].score:
-            break  # no candidate of this or any later tree can enter the top k
-        if len(ranked) >= k and ctx.request.skip_ties and bounds[j] <= ranked[k - 1].score + EPS:
-            break  # at best a tie with the k-th: not worth enumerating
+    # Ties: in a cloud of like hosts many trees share the best bound, and a
+    # candidate that only ties the k-th enters the top k by its tie-break key
+    # (provider uuids) alone. Trees of equal bound go smallest uuid first, and
+    # a tree whose every provider's uuid sorts after the k-th's key is skipped
+    # when its bound does not pass the k-th score: none of its candidates can
+    # do better than tie it, and each would lose the tie. (Exact: a
+    # candidate's score is at most its tree's bound, not just within
+    # rounding; weighers.Scorer.) Not with random tie-breaks, nor where a
+    # sharing provider from outside the tree may come first in a key.
+    by_key = (ctx.rng is None and not any(ctx.sharing_single)
+              and not any(any(e.values()) for e in ctx.sharing_entry))
+    tree_hi = ctx.index.layout().min_hi[viable[order]]
+    perm = np.lexsort((tree_hi, -bounds[order]))
+    order, tree_hi = order[perm], tree_hi[perm]
+    kth_hi: tuple[str, int] | None = None  # (the k-th's key, that uuid's uuid_hi)
+    for i, j in enumerate(order.tolist()):
+        if len(ranked) >= k:
+            last = ranked[k - 1]
+            if bounds[j] + EPS < last.score:
+                break  # no candidate of this or any later tree can enter the top k
+            if ctx.request.skip_ties and bounds[j] <= last.score + EPS:
+                break  # at best a tie with the k-th: not worth enumerating
+            if by_key and last.key and bounds[j] <= last.score:
+                if kth_hi is None or kth_hi[0] != last.key[0]:
+                    kth_hi = (last.key[0], int(ctx.index.uuid_hi[ctx.index.pos[last.key[0]]]))
+                if int(tree_hi[i]) > kth_hi[1]:
+                    continue  # it can only tie the k-th, and loses the tie
         added = False
         for c in _enumerate_tree(ctx, int(viable[j])):
             if c.identity not in pool:

@@ -76,6 +76,10 @@ class TreeLayout:
     offsets: IntArray
     # Roots whose tree has more than one provider.
     nested_root: BoolArray
+    # Per root: the smallest uuid_hi among its tree's providers (the largest
+    # value for rows that root no tree): no candidate of the tree has a
+    # tie-break key before that uuid's.
+    min_hi: npt.NDArray[np.uint64]
 
 
 class ProviderIndex:
@@ -323,7 +327,12 @@ class ProviderIndex:
         counts = np.bincount(roots, minlength=n)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        layout = TreeLayout(members=members, offsets=offsets, nested_root=counts > 1)
+        min_hi = np.full(n, np.iinfo(np.uint64).max, dtype=np.uint64)
+        rooted = np.flatnonzero(counts)
+        if len(rooted):
+            min_hi[rooted] = np.minimum.reduceat(self.uuid_hi[members], offsets[rooted])
+        layout = TreeLayout(members=members, offsets=offsets, nested_root=counts > 1,
+                            min_hi=min_hi)
         self._layout = (self.structure_version, layout)
         return layout
 

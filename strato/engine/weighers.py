@@ -97,24 +97,37 @@ class Scorer:
     def weight(self, rc: str) -> float:
         return float(self.config.class_weights.get(rc, 1.0))
 
+    # Both sum over classes in name order, the same operations in the same
+    # order: with each item's score at most its class's best, a candidate's
+    # score is then at most the combined bests, exactly, not just within
+    # rounding (the enumeration prunes ties on that: engine/candidates.py).
+
     def combine(self, columns: Mapping[str, FloatArray]) -> FloatArray:
         """Weighted mean over classes of per-class item score vectors."""
-        total_w = sum(self.weight(rc) for rc in columns)
-        it = iter(columns.items())
-        rc, first = next(it)
-        acc = first * self.weight(rc)
-        for rc, col in it:
-            acc = acc + col * self.weight(rc)
+        names = sorted(columns)
+        total_w = 0.0
+        for rc in names:
+            total_w += self.weight(rc)
+        acc = columns[names[0]] * self.weight(names[0])
+        for rc in names[1:]:
+            acc = acc + columns[rc] * self.weight(rc)
         if total_w <= 0:
             return np.zeros_like(acc)
         result: FloatArray = acc / total_w
         return result
 
     def items(self, rcs: list[str], free_after: list[float], capacity: list[float]) -> float:
-        """Score of one candidate given its consolidated items."""
+        """Score of one candidate given its consolidated items: their weighted
+        mean, never above the best item's score (which rounding alone could
+        otherwise pass by a unit in the last place)."""
+        order = sorted(range(len(rcs)), key=rcs.__getitem__) if len(rcs) > 1 else range(
+            len(rcs))
         num = den = 0.0
-        for rc, free, cap in zip(rcs, free_after, capacity, strict=True):
-            w = self.weight(rc)
-            num += w * self.weigher.item_score(free, cap)
+        top = 0.0
+        for i in order:
+            w = self.weight(rcs[i])
+            score = self.weigher.item_score(free_after[i], capacity[i])
+            num += w * score
             den += w
-        return num / den if den > 0 else 0.0
+            top = max(top, score)
+        return min(num / den, top) if den > 0 else 0.0
