@@ -38,10 +38,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -51,6 +53,7 @@ import httpx
 import psutil
 import sqlalchemy as sa
 
+from benchmarks.client import KeepAlive
 from benchmarks.spec import NUMA_TRAIT, TRAIT, ProviderSpec, aggregate_uuids, make_specs
 from strato.api.microversion import MAX_VERSION
 from strato.api.routes.allocation_candidates import parse_request
@@ -103,6 +106,44 @@ def check_shapes(seed: int) -> dict[str, str]:
                     "&group_policy=none"),
         "big": "resources=VCPU:40,MEMORY_MB:200000",
     }
+
+
+def workload_shapes(seed: int) -> list[tuple[str, str]]:
+    """The 22 request shapes of the workload mode (issue 18), as query strings:
+    sizes from one small instance to a whole big host, required, forbidden and
+    any-of traits, one, any-of and forbidden aggregates, granular groups with
+    and without `isolate`, `same_subtree` over NUMA nodes, `root_required`,
+    and answers of 1 to 50 candidates."""
+    a0, a1, a2, a3 = aggregate_uuids(10, seed)[:4]
+    small = "VCPU:1,MEMORY_MB:1024"
+    return [
+        ("small", f"resources={small}&limit=10"),
+        ("tiny_one", "resources=VCPU:1,MEMORY_MB:512&limit=1"),
+        ("medium", "resources=VCPU:4,MEMORY_MB:8192,DISK_GB:40&limit=10"),
+        ("large", "resources=VCPU:16,MEMORY_MB:65536,DISK_GB:200&limit=5"),
+        ("big", "resources=VCPU:40,MEMORY_MB:200000&limit=3"),
+        ("disk_only", "resources=DISK_GB:100&limit=10"),
+        ("avx2", f"resources=VCPU:2,MEMORY_MB:2048&required={TRAIT}&limit=10"),
+        ("no_avx2", f"resources={small}&required=!{TRAIT}&limit=10"),
+        ("any_trait", f"resources=VCPU:1&required=in:{TRAIT},{NUMA_TRAIT}&limit=10"),
+        ("aggregate", f"resources={small}&member_of={a0}&limit=10"),
+        ("any_aggregate", f"resources={small}&member_of=in:{a0},{a1}&limit=10"),
+        ("not_aggregate", f"resources={small}&member_of=!{a2}&limit=10"),
+        ("granular", f"resources1={small}&resources2=DISK_GB:10&group_policy=none&limit=10"),
+        ("isolate_numa", "resources1=VCPU:1&resources2=VCPU:1&group_policy=isolate&limit=10"),
+        ("same_subtree", "resources_A=VCPU:1&resources_B=MEMORY_MB:1024&same_subtree=_A,_B"
+                         "&group_policy=none&limit=10"),
+        ("numa_group", f"resources1=VCPU:2,MEMORY_MB:2048&required1={NUMA_TRAIT}"
+                       "&group_policy=none&limit=10"),
+        ("root_avx2", f"resources=VCPU:1&root_required={TRAIT}&limit=10"),
+        ("root_not_avx2", f"resources=VCPU:1,DISK_GB:10&root_required=!{TRAIT}&limit=10"),
+        ("disk_and_group", "resources=DISK_GB:20&resources1=VCPU:2,MEMORY_MB:2048"
+                           "&group_policy=none&limit=10"),
+        ("wide_memory", "resources=VCPU:1,MEMORY_MB:65536&limit=10"),
+        ("limit50", f"resources={small}&limit=50"),
+        ("aggregate_no_avx2", f"resources=VCPU:2,MEMORY_MB:4096&member_of={a3}"
+                              f"&required=!{TRAIT}&limit=10"),
+    ]
 
 
 # -- loading ------------------------------------------------------------------
@@ -252,10 +293,6 @@ def http_latencies(url: str, query: str, n: int, clients: int,
 def over_http(url: str, queries: dict[str, str], reps: dict[str, int], clients: int
               ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with httpx.Client(base_url=url, headers=HEADERS, timeout=600) as c:
-        t = time.perf_counter()
-        assert c.get(f"/allocation_candidates?{queries['limit10']}").status_code == 200
-        out["first_request_s"] = round(time.perf_counter() - t, 3)
     for name, q in queries.items():
         http_latencies(url, q, 2, 1)  # warm
         out[name] = {"sequential": summary_ms(http_latencies(url, q, reps[name], 1)),
@@ -274,6 +311,133 @@ def over_http(url: str, queries: dict[str, str], reps: dict[str, int], clients: 
     out["floor"]["ratio"] = (round(out["floor"]["limit10"]["p50"]
                                    / out["floor"]["get_root"]["p50"], 2)
                              if out["floor"]["get_root"]["p50"] else None)
+    return out
+
+
+# -- the workload: many shapes, claims and releases (issue 18) ----------------
+
+# Allocations are written at 1.36 (no consumer type), as Nova's loop does.
+WRITE_VERSION = {"openstack-api-version": "placement 1.36"}
+CLAIM_TRIES = 3
+
+
+@dataclass
+class Workload:
+    """What one run of the Nova-style loop did: GET candidates, PUT one of them."""
+
+    gets: dict[str, list[float]] = field(default_factory=dict)  # shape -> warm latencies
+    cold: dict[str, float] = field(default_factory=dict)  # shape -> its first request
+    claims: list[float] = field(default_factory=list)
+    placed: int = 0
+    released: int = 0
+    conflicts: int = 0
+    empty: dict[str, int] = field(default_factory=dict)  # shape -> answers with nothing
+    seconds: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def summary(self) -> dict[str, Any]:
+        warm = [x for v in self.gets.values() for x in v]
+        return {"placed": self.placed, "released": self.released,
+                "conflicts": self.conflicts, "empty": dict(self.empty),
+                "gets": len(warm) + len(self.cold), "seconds": round(self.seconds, 3),
+                "placements_per_s": round(self.placed / self.seconds, 1) if self.seconds
+                else 0.0,
+                "get_warm": summary_ms(warm), "claim": summary_ms(self.claims),
+                "get_cold": summary_ms(list(self.cold.values())),
+                "per_shape_warm_p50_ms": {k: round(pct(v, 50) * 1e3, 3)
+                                          for k, v in sorted(self.gets.items()) if v},
+                "per_shape_cold_ms": {k: round(v * 1e3, 3)
+                                      for k, v in sorted(self.cold.items())}}
+
+
+def workload_run(url: str, draw: Sequence[tuple[str, str]], requests: int, clients: int,
+                 tag: str) -> Workload:
+    """`requests` rounds of Nova's loop over `clients` threads: a shape of `draw`
+    at random, GET /allocation_candidates, PUT /allocations for one of the
+    candidates (another on a conflict, up to CLAIM_TRIES); after a placement,
+    one time in three, an earlier one of the thread's released, so that a third
+    of what is placed is freed during the run. The first request of each shape
+    in the run is kept apart (`cold`): the server's state kept per shape is
+    not warm for it."""
+    out = Workload()
+    start = threading.Barrier(clients)
+
+    def client(k: int, share: int) -> None:
+        c = KeepAlive(url)
+        rng = random.Random(f"{tag}-{k}")
+        mine: list[str] = []
+        try:
+            start.wait()
+            for _ in range(share):
+                name, query = rng.choice(draw)
+                t = time.perf_counter()
+                status, body = c.get(f"/allocation_candidates?{query}")
+                dt = time.perf_counter() - t
+                if status != 200:
+                    raise RuntimeError(f"{name}: GET answered {status}: {str(body)[:300]}")
+                with out.lock:
+                    if name in out.cold:
+                        out.gets.setdefault(name, []).append(dt)
+                    else:
+                        out.cold[name] = dt
+                found = body["allocation_requests"]
+                if not found:
+                    with out.lock:
+                        out.empty[name] = out.empty.get(name, 0) + 1
+                    continue
+                for _ in range(CLAIM_TRIES):
+                    consumer = str(uuidlib.uuid4())
+                    payload = {"allocations": rng.choice(found)["allocations"],
+                               "project_id": "bench", "user_id": "bench",
+                               "consumer_generation": None}
+                    t = time.perf_counter()
+                    status, body = c.call("PUT", f"/allocations/{consumer}", payload,
+                                          WRITE_VERSION)
+                    dt = time.perf_counter() - t
+                    if status == 204:
+                        mine.append(consumer)
+                        with out.lock:
+                            out.placed += 1
+                            out.claims.append(dt)
+                        break
+                    if status != 409:
+                        raise RuntimeError(f"{name}: PUT answered {status}: {str(body)[:300]}")
+                    with out.lock:
+                        out.conflicts += 1
+                if mine and rng.random() < 1 / 3:
+                    gone = c.delete(f"/allocations/{mine.pop(rng.randrange(len(mine)))}")
+                    if gone != 204:
+                        raise RuntimeError(f"release answered {gone}")
+                    with out.lock:
+                        out.released += 1
+        finally:
+            c.close()
+
+    shares = [requests // clients + (i < requests % clients) for i in range(clients)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        for f in [pool.submit(client, k, n) for k, n in enumerate(shares)]:
+            f.result()
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def workload(url: str, seed: int, requests: int, client_counts: Sequence[int]
+             ) -> dict[str, Any]:
+    """The single shape (`small`, the timed `limit10`) and all 22 shapes drawn
+    at random, the same loop, per client count, taking turns."""
+    every = workload_shapes(seed)
+    out: dict[str, Any] = {"shapes": len(every)}
+    for clients in client_counts:
+        n = requests if clients > 1 else requests // 2
+        for mode, draw in (("single", every[:1]), ("mixed", every)):
+            print(f"   workload {mode}, {clients} client(s), {n} requests",
+                  file=sys.stderr, flush=True)
+            out[f"{mode}_{clients}"] = workload_run(url, draw, n, clients,
+                                                    f"{mode}-{clients}").summary()
+        single = out[f"single_{clients}"]["placements_per_s"]
+        out[f"ratio_{clients}"] = (round(out[f"mixed_{clients}"]["placements_per_s"]
+                                         / single, 3) if single else None)
     return out
 
 
@@ -437,9 +601,24 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
         load_specs(Database(url), specs)
         result: dict[str, Any] = {"hosts": n, "provider_rows": len(specs),
                                   "bulk_load_s": round(time.perf_counter() - t, 2)}
-        result["engine"] = engine_alone(url, queries, reps)
+        modes = args.modes.split(",")
+        if "shapes" in modes:
+            result["engine"] = engine_alone(url, queries, reps)
+        t = time.perf_counter()
         with Server(url, Path(tmp) / "server.log") as server:
-            result["http"] = over_http(server.url, queries, reps, args.clients)
+            result["server_start_s"] = round(time.perf_counter() - t, 2)
+            # Cold: the first request after start-up (the index is loaded before
+            # the server answers; nothing kept for any request shape yet).
+            with httpx.Client(base_url=server.url, headers=HEADERS, timeout=600) as c:
+                t = time.perf_counter()
+                assert c.get(f"/allocation_candidates?{queries['limit10']}").status_code == 200
+                result["first_request_s"] = round(time.perf_counter() - t, 4)
+            if "shapes" in modes:
+                result["http"] = over_http(server.url, queries, reps, args.clients)
+            if "workload" in modes:
+                result["workload"] = workload(
+                    server.url, args.seed, args.workload_requests,
+                    [int(c) for c in args.workload_clients.split(",") if c])
             result["server_rss_mib"] = round(server.rss_bytes() / 2**20, 1)
             if args.peer:
                 # Strato stays up (idle) for the cross-check against the peer.
@@ -454,7 +633,7 @@ def print_table(results: list[dict[str, Any]], clients: int) -> None:
     print(head)
     print("-" * len(head))
     for r in results:
-        for name, e in r["engine"].items():
+        for name, e in r.get("engine", {}).items():
             if not isinstance(e, dict):
                 continue
             h = r["http"][name]
@@ -462,9 +641,12 @@ def print_table(results: list[dict[str, Any]], clients: int) -> None:
             print(f"{r['hosts']:>7} {name:<10} {e['with_freshness_check']['p50']:>10.3f} "
                   f"{e['compute_only']['p50']:>9.3f} {s['p50']:>9.2f} {s['p95']:>8.2f} "
                   f"{s['p99']:>8.2f} {c['p50']:>8.2f} {c['p99']:>8.2f}")
-        print(f"{r['hosts']:>7} server RSS {r['server_rss_mib']} MiB, index load "
-              f"{r['engine']['load_s']} s, {r['provider_rows']} provider rows")
-        f = r["http"].get("floor")
+        print(f"{r['hosts']:>7} server RSS {r['server_rss_mib']} MiB, "
+              f"{r['provider_rows']} provider rows, server start {r['server_start_s']} s, "
+              f"first request after start-up (cold) {r['first_request_s'] * 1e3:.1f} ms"
+              + (f", index load in process {r['engine']['load_s']} s" if "engine" in r
+                 else ""))
+        f = r.get("http", {}).get("floor")
         if f:
             goal = 1.5 if r["hosts"] <= 10_000 else 3.0
             print(f"{r['hosts']:>7} limit10 p50 {f['limit10']['p50']:.2f} ms against the "
@@ -474,6 +656,8 @@ def print_table(results: list[dict[str, Any]], clients: int) -> None:
     print("(milliseconds; engine: Engine.query with its freshness check, pure: the "
           "candidate computation alone; http: sequential, then "
           f"{clients} concurrent clients)")
+    for r in results:
+        print_workload(r["hosts"], r.get("workload"))
     rows = [(r["hosts"], row) for r in results for row in r.get("comparison", [])]
     if rows:
         print()
@@ -503,6 +687,37 @@ def print_table(results: list[dict[str, Any]], clients: int) -> None:
                      f"{c['same_provider_summaries']})"))
 
 
+def print_workload(hosts: int, w: dict[str, Any] | None) -> None:
+    if not w:
+        return
+    print()
+    print(f"workload: Nova's loop (GET /allocation_candidates, PUT /allocations for one "
+          f"candidate, a third of placements released), {hosts} hosts; single: one shape, "
+          f"mixed: {w['shapes']} shapes at random")
+    head = (f"{'clients':>7} {'mode':<7} {'placed':>6} {'/s':>7} {'GET p50':>8} "
+            f"{'p99':>7} {'PUT p50':>8} {'conflicts':>9} {'cold GET p50':>12} {'max':>7}")
+    print(head)
+    print("-" * len(head))
+    counts = sorted({int(k.split("_")[1]) for k in w if k.startswith("single_")})
+    for clients in counts:
+        for mode in ("single", "mixed"):
+            x = w[f"{mode}_{clients}"]
+            cold = x["per_shape_cold_ms"].values()
+            print(f"{clients:>7} {mode:<7} {x['placed']:>6} {x['placements_per_s']:>7.1f} "
+                  f"{x['get_warm']['p50']:>8.2f} {x['get_warm']['p99']:>7.2f} "
+                  f"{x['claim']['p50']:>8.2f} {x['conflicts']:>9} "
+                  f"{x['get_cold']['p50']:>12.2f} {max(cold, default=0.0):>7.2f}")
+    print("(milliseconds; cold: the first request of each shape in the run, kept apart "
+          "from the warm figures)")
+    for clients in counts:
+        ratio = w[f"ratio_{clients}"]
+        empty = w[f"mixed_{clients}"]["empty"]
+        print(f"{hosts} hosts, {clients} client(s): {w['shapes']} shapes with releases at "
+              f"{ratio:.0%} of one shape's placements/s (issue 18's goal 70%): "
+              f"{'met' if ratio is not None and ratio >= 0.7 else 'MISSED'}"
+              + (f"; shapes answered with nothing: {empty}" if empty else ""))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,10000,100000",
@@ -525,6 +740,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cross-check-max", type=int, default=2000,
                     help="compare every shape without limit against Placement up to this "
                     "many provider rows (default: %(default)s)")
+    ap.add_argument("--modes", default="shapes",
+                    help="shapes (each issue-3 shape timed alone, engine and HTTP) and/or "
+                    "workload (Nova's loop over 22 shapes drawn at random with claims "
+                    "and releases, against one shape; issue 18)")
+    ap.add_argument("--workload-requests", type=int, default=1000,
+                    help="workload: rounds of the loop per run with several clients "
+                    "(half with one)")
+    ap.add_argument("--workload-clients", default="1,8",
+                    help="workload: comma-separated client counts")
     ap.add_argument("--json", type=Path, default=None, help="where to write results")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]

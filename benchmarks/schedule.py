@@ -46,7 +46,6 @@ Prints a table and writes benchmarks/results/schedule.json (or --json).
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import random
@@ -61,12 +60,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import sqlalchemy as sa
 
 from benchmarks.candidates import load_specs
+from benchmarks.client import HEADERS, KeepAlive
 from benchmarks.spec import TRAIT, ProviderSpec, aggregate_uuids, make_specs
 from strato.process import ServerProcess
 from strato.store.db import Database
@@ -74,7 +73,6 @@ from strato.store.schema import provider_meta, resource_providers
 from strato.store.util import utcnow
 
 RESULTS = Path(__file__).parent / "results"
-HEADERS = {"x-auth-token": "admin", "openstack-api-version": "placement 1.39"}
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 1024}
 HOSTS_PER_RACK = 40
 RACKS_PER_ROOM = 10
@@ -147,33 +145,6 @@ def body(rule: dict[str, Any] | None, group: str | None) -> dict[str, Any]:
         out["group"] = group
         out["constraints"] = [rule]
     return out
-
-
-class KeepAlive:
-    """One keep-alive HTTP/1.1 connection (the standard library's): a load
-    generator that costs ~0.2 CPU-ms a call where httpx cost ~1.2, so on a
-    2-core machine the clients leave the server its core."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port,
-                                               timeout=300)
-        self.headers = {**HEADERS, "content-type": "application/json"}
-
-    def post(self, path: str, payload: dict[str, Any]) -> tuple[int, Any]:
-        self.conn.request("POST", path, body=json.dumps(payload), headers=self.headers)
-        r = self.conn.getresponse()
-        data = r.read()
-        return r.status, json.loads(data) if data else None
-
-    def delete(self, path: str) -> int:
-        self.conn.request("DELETE", path, headers=self.headers)
-        r = self.conn.getresponse()
-        r.read()
-        return r.status
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 def mixed_shapes(aggregates: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
