@@ -751,13 +751,14 @@ def _ranked_with_limit(ctx: _Context, simple: npt.NDArray[np.int64], simple_scor
                                else bounds + EPS >= kth)
     # Ties: in a cloud of like hosts many trees share the best bound, and a
     # candidate that only ties the k-th enters the top k by its tie-break key
-    # (provider uuids) alone. Trees of equal bound go smallest uuid first, and
-    # a tree whose every provider's uuid sorts after the k-th's key is skipped
-    # when its bound does not pass the k-th score: none of its candidates can
-    # do better than tie it, and each would lose the tie. (Exact: a
-    # candidate's score is at most its tree's bound, not just within
-    # rounding; weighers.Scorer.) Not with random tie-breaks, nor where a
-    # sharing provider from outside the tree may come first in a key.
+    # (provider uuids) alone. Trees of equal bound go smallest uuid first; at
+    # the first whose bound does not pass the k-th score and whose every
+    # provider's uuid sorts after the k-th's key, the search stops: none of
+    # its candidates, nor any later tree's, can do better than tie the k-th,
+    # and each would lose the tie. (Exact: a candidate's score is at most its
+    # tree's bound, not just within rounding; weighers.Scorer.) Not with
+    # random tie-breaks, nor where a sharing provider from outside the tree
+    # may come first in a key.
     by_key = (ctx.rng is None and not any(ctx.sharing_single)
               and not any(any(e.values()) for e in ctx.sharing_entry))
     tree_hi = ctx.index.layout().min_hi[viable[order]]
@@ -772,10 +773,14 @@ def _ranked_with_limit(ctx: _Context, simple: npt.NDArray[np.int64], simple_scor
             if ctx.request.skip_ties and bounds[j] <= last.score + EPS:
                 break  # at best a tie with the k-th: not worth enumerating
             if by_key and last.key and bounds[j] <= last.score:
+                if bounds[j] < last.score:
+                    break  # nothing here or after can reach the k-th score
                 if kth_hi is None or kth_hi[0] != last.key[0]:
                     kth_hi = (last.key[0], int(ctx.index.uuid_hi[ctx.index.pos[last.key[0]]]))
                 if int(tree_hi[i]) > kth_hi[1]:
-                    continue  # it can only tie the k-th, and loses the tie
+                    # It can only tie the k-th, and loses the tie; so does every
+                    # tree after it (the same bound and larger uuids, or less).
+                    break
         added = False
         for c in _enumerate_tree(ctx, int(viable[j])):
             if c.identity not in pool:
