@@ -26,6 +26,20 @@ both (--cross-check-usage), then every shape (and a few more, see
 compared: the same hosts, allocation requests, mappings and summaries.
 
     .venv/bin/python -m benchmarks.candidates --sizes 1000,10000 --peer
+
+`--modes workload` (issue 18; with `shapes`, the default, or alone) runs
+Nova's loop against the server: a shape drawn at random from 22
+(`workload_shapes`: sizes, traits required, forbidden and any-of,
+aggregates, granular groups, `isolate` and `same_subtree` over NUMA nodes,
+`root_required`, answers of 1 to 50), `GET /allocation_candidates`, then
+`PUT /allocations` for one of the candidates (another on a conflict), and
+one time in three after a placement an earlier one released. The same loop
+with one shape is its yardstick (goal: the mix at 70% of its placements/s
+or more), per client count (`--workload-clients`, default 1 and 8). The
+first request of each shape is reported apart (cold: nothing kept for that
+shape yet), as is the first request after start-up.
+
+    .venv/bin/python -m benchmarks.candidates --sizes 10000 --modes workload
 """
 
 from __future__ import annotations
