@@ -131,7 +131,32 @@ class ProviderIndex:
         index = cls(rows=int(len(recs) * 1.25) + 16)
         index.apply(recs, ())
         index.seq = seq
+        index._own_copies()
         return index
+
+    def _own_copies(self) -> None:
+        """Keep fresh copies of the strings and sets taken from the records.
+
+        Those were allocated among the load's temporaries (rows, records),
+        one here and there; kept, each pins a block of Python's allocator
+        that would otherwise be given back once the load is freed: 6 MiB of
+        a 10,000-host zone's resident memory, half its index."""
+        def fresh(text: str) -> str:
+            return text.encode().decode()
+        sets: dict[frozenset[str], frozenset[str]] = {EMPTY: EMPTY}
+
+        def fresh_set(names: frozenset[str]) -> frozenset[str]:
+            found = sets.get(names)
+            if found is None:
+                found = sets[names] = frozenset([fresh(t) for t in names])
+            return found
+        self.uuids = [fresh(u) for u in self.uuids]
+        self.pos = {u: p for p, u in enumerate(self.uuids)}
+        self.traits = [fresh_set(t) for t in self.traits]
+        self.aggregates = [fresh_set(a) for a in self.aggregates]
+        self.trait_cols = {fresh(k): v for k, v in self.trait_cols.items()}
+        self.agg_cols = {fresh(k): v for k, v in self.agg_cols.items()}
+        self.rc = {fresh(k): v for k, v in self.rc.items()}
 
     def apply(self, records: Iterable[ProviderRecord], removed: Iterable[str]) -> None:
         """Make the index reflect `records` (upserts) and drop `removed` uuids."""
