@@ -12,13 +12,15 @@ from strato.engine.candidates import Candidate
 from strato.engine.index import ProviderIndex
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__,
+# and an answer makes one of these per provider and class.
+@dataclass(slots=True)
 class ResourceSummary:
     capacity: int
     used: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProviderSummary:
     uuid: str
     parent_uuid: str | None
@@ -42,22 +44,28 @@ def summarize(index: ProviderIndex, candidates: Sequence[Candidate], *,
         positions = np.concatenate([index.tree_members(r) for r in roots])
     else:
         positions = np.asarray(sorted(used), dtype=np.int64)
+    # Columns gathered once and turned into Python lists: element by element,
+    # numpy's scalars cost more than the summaries themselves.
     per_rc = []
     for name, col in sorted(index.rc.items()):
         has = col.has[positions]
         if has.any():
-            per_rc.append((name, has, col.capacity[positions], col.used[positions]))
+            per_rc.append((name, has.tolist(), col.capacity[positions].tolist(),
+                           col.used[positions].tolist()))
+    uuids, traits = index.uuids, index.traits
+    parents = index.parent[positions].tolist()
+    roots_of = index.root[positions].tolist()
     out: list[ProviderSummary] = []
     for j, p in enumerate(positions.tolist()):
-        resources = {name: ResourceSummary(int(cap[j]), int(usd[j]))
+        resources = {name: ResourceSummary(cap[j], usd[j])
                      for name, has, cap, usd in per_rc if has[j]}
-        parent = int(index.parent[p])
+        parent = parents[j]
         out.append(ProviderSummary(
-            uuid=index.uuids[p],
-            parent_uuid=index.uuids[parent] if parent >= 0 else None,
-            root_uuid=index.uuids[int(index.root[p])],
+            uuid=uuids[p],
+            parent_uuid=uuids[parent] if parent >= 0 else None,
+            root_uuid=uuids[roots_of[j]],
             resources=resources,
-            traits=tuple(sorted(index.traits[p], key=_trait_order)),
+            traits=tuple(sorted(traits[p], key=_trait_order)),
         ))
     return out
 
