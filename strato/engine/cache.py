@@ -73,8 +73,7 @@ def build_kept(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, 
                max_candidates: int = -1, exclude: BoolArray | None = None
                ) -> list[cb.Candidate] | None:
     """`candidates.build` from kept state; None when this request cannot use it."""
-    if (scorer.config.randomize or index.sharing_anchors()
-            or (request.group_policy is GroupPolicy.ISOLATE and request.granular_count > 1)):
+    if scorer.config.randomize or index.sharing_anchors():
         return None
     caches: OrderedDict[Any, _Entry] = index.derived.setdefault(_KEY, OrderedDict())
     weights = tuple(sorted(scorer.config.class_weights.items()))
@@ -166,8 +165,11 @@ def _update(e: _Entry, index: ProviderIndex, rows: npt.NDArray[np.int64],
         m.single[rows] = single
     ctx.anchor_ok[rows] = e.anchor_static[rows] & k
     e.keep = keep
-    # Single-provider trees: as candidates._simple_positions and _simple_scores.
+    # Single-provider trees: as candidates._simple_positions and _simple_scores
+    # (none for `isolate` over two granular groups: one provider cannot).
     ok = ctx.anchor_ok[rows] & ~e.complex_roots[rows]
+    if ctx.request.group_policy is GroupPolicy.ISOLATE and ctx.request.granular_count > 1:
+        ok[:] = False
     for m in ctx.masks:
         ok &= m.single[rows]
     for rc, total in e.multi:

@@ -74,8 +74,7 @@ def test_kept_state_answers_as_a_fresh_build(data: st.DataObject, weigher: str) 
             req = data.draw(st.sampled_from(reqs))
             kept = cache.build_kept(index, req, scorer, exclude=exclude)
             fresh = candidates.build(index, req, scorer, exclude=exclude)
-            eligible = not index.sharing_anchors() and not (
-                req.group_policy.value == "isolate" and req.granular_count > 1)
+            eligible = not index.sharing_anchors()
             assert (kept is not None) == eligible
             if kept is not None:
                 assert answer(kept) == answer(fresh)
@@ -100,3 +99,26 @@ def test_a_full_rebuild_past_the_share_of_changed_rows_answers_the_same() -> Non
     assert again is not None
     assert answer(again) == answer(candidates.build(index, req, scorer))
     assert {index.uuids[c.items[0][0]] for c in again} <= {r.uuid for r in world[5:]}
+
+
+def test_isolate_over_two_groups_never_takes_one_host_after_an_update() -> None:
+    """Kept state for `isolate` over two granular groups: a host alone cannot
+    serve it, before or after its usage moves (the update redoes its row)."""
+    host = ProviderRecord(uuid="00000000-0000-0000-0000-000000000001",
+                          root_uuid="00000000-0000-0000-0000-000000000001",
+                          inventories={"VCPU": InventoryRecord(total=8)})
+    root = "00000000-0000-0000-0000-000000000002"
+    numa = [ProviderRecord(uuid=f"00000000-0000-0000-0000-00000000000{i}", parent_uuid=root,
+                           root_uuid=root, inventories={"VCPU": InventoryRecord(total=4)})
+            for i in (3, 4)]
+    index = ProviderIndex.build([host, ProviderRecord(uuid=root, root_uuid=root), *numa])
+    RG = candidates.RequestGroup
+    req = candidates.CandidateRequest(groups=(RG(suffix="1", resources=(("VCPU", 1),)),
+                                              RG(suffix="2", resources=(("VCPU", 1),))),
+                                      group_policy=candidates.GroupPolicy.ISOLATE, limit=3)
+    scorer = Scorer()
+    for used in (0, 2, 1):
+        index.set_usage(host.uuid, {"VCPU": used})
+        kept = cache.build_kept(index, req, scorer)
+        assert kept is not None and answer(kept) == answer(candidates.build(index, req, scorer))
+        assert all(len({p for p, _, _ in c.items}) == 2 for c in kept)
