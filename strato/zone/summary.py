@@ -20,9 +20,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from strato.engine.hosts import HostArrays
 from strato.engine.index import BoolArray, ProviderIndex
+
+FloatArray = npt.NDArray[np.float64]
 
 # `freed` tokens stay below 2**53: exact in JSON for every client.
 TOKEN_MOD = 2**53
@@ -33,36 +36,109 @@ EMPTY: dict[str, Any] = {"providers": 0, "classes": {}, "traits": [], "tags_pres
 
 def own_summary(index: ProviderIndex, hosts: HostArrays, excluded: BoolArray
                 ) -> dict[str, Any]:
-    """Summary of this zone's own providers (stale ones count as unusable)."""
+    """Summary of this zone's own providers (stale ones count as unusable).
+
+    A zone sends it up with every placement its parent asked for, so it is
+    kept on the index (`_Kept`) and, after usage alone moved, brought up to
+    date on the rows that changed: a 100,000-host zone recomputed it in
+    6.5 ms for every such claim."""
     n = index.size
-    live = index.live()[:n] & ~excluded[:n]
-    roots = index.root[:n]
-    classes: dict[str, dict[str, Any]] = {}
-    for rc, col in index.rc.items():
-        has = col.has[:n] & index.live()[:n]
-        if not has.any():
-            continue
-        capacity = int(col.capacity[:n][has].sum())
-        used = int(col.used[:n][has].sum())
-        free = np.where(live & col.has[:n], col.capacity[:n] - col.used[:n], 0)
-        # Free room of each whole tree (a host with its nested providers).
-        per_root = np.bincount(roots, weights=np.maximum(free, 0), minlength=n)
-        cap = col.capacity[:n]
-        usable = live & col.has[:n] & (cap > 0)
-        share = (float(np.max(np.clip(free[usable] / cap[usable], 0.0, 1.0)))
-                 if usable.any() else 0.0)
-        classes[rc] = {"capacity": capacity, "used": used,
-                       "largest_free": int(per_root.max()) if n else 0,
-                       "best_share": round(share, 6),
-                       "max_capacity": int(cap[usable].max()) if usable.any() else 0}
-    traits = sorted(t for t, col in index.trait_cols.items() if (col[:n] & live).any())
+    excluded = excluded[:n]
+    stale = np.flatnonzero(excluded)
+    key = (index.structure_version, index.inventory_version, n, stale.tobytes())
+    kept: _Kept | None = index.derived.get(_KEPT)
+    if kept is None or kept.key != key:
+        kept = _Kept.build(index, excluded, key)
+        index.derived[_KEPT] = kept
+    else:
+        kept.catch_up(index)
+    live = kept.live
     tags = sorted(t for t, col in hosts.tags.items() if (col[:n] & live).any())
     # Moves whenever room may have grown here: a release, an inventory change,
     # or a different set of stale hosts (see strato/zone/failures.py).
-    freed = (index.freed * 1_000_003 + zlib.crc32(np.flatnonzero(excluded[:n]).tobytes())
-             ) % TOKEN_MOD
-    return {"providers": int(np.count_nonzero(index.live()[:n])), "classes": classes,
-            "traits": traits, "tags_present": tags, "freed": freed}
+    freed = (index.freed * 1_000_003 + zlib.crc32(stale.tobytes())) % TOKEN_MOD
+    return {"providers": kept.providers, "classes": kept.classes(), "traits": kept.traits,
+            "tags_present": tags, "freed": freed}
+
+
+_KEPT = "zone-summary"
+
+
+class _Class:
+    """One class's sums and maxima, and the per-row state they come from."""
+
+    def __init__(self, index: ProviderIndex, rc: str, live: BoolArray) -> None:
+        n = index.size
+        col = index.rc[rc]
+        cap = col.capacity[:n]
+        self.rc = rc
+        self.counted = col.has[:n] & index.live()[:n]  # capacity and usage
+        self.free_here = live & col.has[:n]  # room, where not stale
+        self.usable = self.free_here & (cap > 0)
+        self.capacity = int(cap[self.counted].sum())
+        self.max_capacity = int(cap[self.usable].max()) if self.usable.any() else 0
+        self.used_seen = col.used[:n].copy()
+        self.used = int(self.used_seen[self.counted].sum())
+        self.roots = index.root[:n]
+        self.row_free = self._row_free(index, np.arange(n))
+        # Free room of each whole tree (a host with its nested providers).
+        self.tree_free = np.bincount(self.roots, weights=self.row_free, minlength=n)
+        self.share = np.full(n, -np.inf)
+        self.share[self.usable] = np.clip(self.row_free[self.usable] / cap[self.usable],
+                                          0.0, 1.0)
+
+    def _row_free(self, index: ProviderIndex, rows: npt.NDArray[np.int64]) -> FloatArray:
+        col = index.rc[self.rc]
+        free = np.where(self.free_here[rows], col.capacity[rows] - col.used[rows], 0)
+        return np.maximum(free, 0).astype(np.float64)
+
+    def catch_up(self, index: ProviderIndex, rows: npt.NDArray[np.int64]) -> None:
+        col = index.rc[self.rc]
+        used = col.used[rows]
+        counted = self.counted[rows]
+        self.used += int((used[counted] - self.used_seen[rows][counted]).sum())
+        self.used_seen[rows] = used
+        free = self._row_free(index, rows)
+        np.add.at(self.tree_free, self.roots[rows], free - self.row_free[rows])
+        self.row_free[rows] = free
+        usable = rows[self.usable[rows]]
+        self.share[usable] = np.clip(self.row_free[usable] / col.capacity[usable], 0.0, 1.0)
+
+    def figures(self) -> dict[str, Any]:
+        share = float(self.share.max()) if self.usable.any() else 0.0
+        return {"capacity": self.capacity, "used": self.used,
+                "largest_free": int(self.tree_free.max()) if len(self.tree_free) else 0,
+                "best_share": round(share, 6), "max_capacity": self.max_capacity}
+
+
+class _Kept:
+    """What a summary is computed from, kept while the index's structure, its
+    inventories and the stale set stay the same (usage is caught up)."""
+
+    def __init__(self, key: tuple[Any, ...], version: int, live: BoolArray, providers: int,
+                 traits: list[str], per_class: list[_Class]) -> None:
+        self.key, self.version, self.live = key, version, live
+        self.providers, self.traits, self.per_class = providers, traits, per_class
+
+    @classmethod
+    def build(cls, index: ProviderIndex, excluded: BoolArray, key: tuple[Any, ...]) -> _Kept:
+        n = index.size
+        live = index.live()[:n] & ~excluded
+        per_class = [_Class(index, rc, live) for rc, col in index.rc.items()
+                     if (col.has[:n] & index.live()[:n]).any()]
+        traits = sorted(t for t, col in index.trait_cols.items() if (col[:n] & live).any())
+        return cls(key, index.version, live, int(np.count_nonzero(index.live()[:n])),
+                   traits, per_class)
+
+    def catch_up(self, index: ProviderIndex) -> None:
+        rows = index.changed_since(self.version)
+        if len(rows):
+            for c in self.per_class:
+                c.catch_up(index, rows)
+        self.version = index.version
+
+    def classes(self) -> dict[str, dict[str, Any]]:
+        return {c.rc: c.figures() for c in self.per_class}
 
 
 def merge(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
