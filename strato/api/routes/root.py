@@ -13,7 +13,7 @@ router = APIRouter()
 
 
 @router.get("/", include_in_schema=False)
-def get_root(request: Request) -> Response:
+async def get_root(request: Request) -> Response:
     headers = (cache_headers(None)
                if microversion.version(request) >= microversion.Version(1, 15) else None)
     return json_response({
