@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from strato.engine import ProviderIndex, Scorer, WeigherConfig, cache, candidates
 from strato.engine.candidates import Candidate
 from strato.engine.records import InventoryRecord, ProviderRecord
-from tests.engine.worlds import SHARING, TRAITS, requests, worlds
+from tests.engine.worlds import SHARING, TRAITS, move_usage, requests, worlds
 
 
 def answer(cands: list[Candidate]) -> list[tuple[object, ...]]:
@@ -46,12 +46,8 @@ def test_kept_state_answers_as_a_fresh_build(data: st.DataObject, weigher: str) 
             u = data.draw(st.sampled_from(sorted(records)))
             rec = records[u]
             action = data.draw(st.sampled_from(("set", "add", "inventory", "traits", "none")))
-            if action == "set" and rec.inventories:
-                index.set_usage(u, {rc: data.draw(st.integers(0, inv.capacity + 1))
-                                    for rc, inv in rec.inventories.items()})
-            elif action == "add" and rec.inventories:
-                rc = data.draw(st.sampled_from(sorted(rec.inventories)))
-                index.add_usage(u, {rc: data.draw(st.integers(-1, 2))})
+            if action in ("set", "add"):
+                move_usage(data, index, rec, action)
             elif action == "inventory" and rec.inventories:
                 rc = data.draw(st.sampled_from(sorted(rec.inventories)))
                 inv = rec.inventories[rc]

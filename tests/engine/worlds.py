@@ -6,6 +6,7 @@ import uuid
 
 from hypothesis import strategies as st
 
+from strato.engine.index import ProviderIndex
 from strato.engine.records import InventoryRecord, ProviderRecord
 from strato.engine.request import CandidateRequest, GroupPolicy, RequestGroup
 
@@ -125,3 +126,17 @@ def requests(draw: st.DrawFn, world: list[ProviderRecord]) -> CandidateRequest:
         limit=draw(st.one_of(st.none(), st.integers(1, 4))),
         root_required=root_required, root_forbidden=root_forbidden,
         same_subtree=same_subtree, nested_aware=draw(st.integers(0, 4)) > 0)
+
+
+def move_usage(data: st.DataObject, index: ProviderIndex, rec: ProviderRecord,
+               action: str) -> None:
+    """`action` "set": every class of `rec` to a drawn usage (up to a little
+    over capacity); "add": one class by a drawn step (either way)."""
+    if not rec.inventories:
+        return
+    if action == "set":
+        index.set_usage(rec.uuid, {rc: data.draw(st.integers(0, inv.capacity + 2))
+                                   for rc, inv in rec.inventories.items()})
+    elif action == "add":
+        rc = data.draw(st.sampled_from(sorted(rec.inventories)))
+        index.add_usage(rec.uuid, {rc: data.draw(st.integers(-2, 4))})

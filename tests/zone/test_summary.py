@@ -12,6 +12,7 @@ from strato.engine.hosts import HostArrays
 from strato.engine.index import ProviderIndex
 from strato.engine.records import InventoryRecord, ProviderRecord
 from strato.zone import summary
+from tests.engine.worlds import move_usage
 
 TRAIT = "HW_CPU_X86_AVX2"
 
@@ -61,14 +62,10 @@ def test_the_kept_summary_answers_as_one_computed_afresh(data: st.DataObject) ->
     for _ in range(data.draw(st.integers(1, 12))):
         u = data.draw(st.sampled_from(sorted(records)))
         rec = records[u]
-        action = data.draw(st.sampled_from(("use", "add", "stale", "inventory", "remove",
+        action = data.draw(st.sampled_from(("set", "add", "stale", "inventory", "remove",
                                             "none")))
-        if action == "use" and rec.inventories:
-            index.set_usage(u, {rc: data.draw(st.integers(0, inv.capacity + 3))
-                                for rc, inv in rec.inventories.items()})
-        elif action == "add" and rec.inventories:
-            rc = data.draw(st.sampled_from(sorted(rec.inventories)))
-            index.add_usage(u, {rc: data.draw(st.integers(-2, 5))})
+        if action in ("set", "add"):
+            move_usage(data, index, rec, action)
         elif action == "stale":
             excluded = excluded.copy()
             excluded[index.pos[u]] = not excluded[index.pos[u]]
