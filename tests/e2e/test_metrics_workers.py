@@ -3,6 +3,7 @@ it, counts every worker's requests (prometheus-client's multiprocess mode)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -22,17 +23,22 @@ def test_metrics_are_summed_over_the_workers(pg_db_url: str, tmp_path: Path) -> 
                        extra=["--workers", "2"]) as server:
         with api.client(server.url) as c:
             api.make_provider(c, "h", {"VCPU": {"total": 1000}})
-        pids = set()
-        for _ in range(40):  # a new connection each: the workers take turns
+        # The server is ready once one worker answers; the other may still be
+        # starting. A new connection each: once both are up, they take turns.
+        assert len(_pids(server.url)) == 2, "one worker answered everything for 60 s"
+        for _ in range(40):
             with httpx.Client(base_url=server.url, headers=H, timeout=30) as c:
-                pids.add(c.get("/healthz").json()["pid"])
                 r = c.post("/strato/v1/schedule", json={
                     "consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
                     "groups": [{"resources": {"VCPU": 1}}]})
                 assert r.status_code == 200, r.text
-        assert len(pids) == 2, f"one worker answered everything: {pids}"
-        seen = set()
-        for _ in range(10):
+        # At least ten scrapes, and until both workers answered one.
+        seen: set[int] = set()
+        scrapes = 0
+        deadline = time.monotonic() + 60
+        while scrapes < 10 or len(seen) < 2:
+            assert time.monotonic() < deadline, f"every scrape reached the same worker: {seen}"
+            scrapes += 1
             with httpx.Client(base_url=server.url, timeout=30) as c:
                 seen.add(c.get("/healthz").json()["pid"])
                 text = c.get("/metrics").text
@@ -43,4 +49,16 @@ def test_metrics_are_summed_over_the_workers(pg_db_url: str, tmp_path: Path) -> 
                          route="/strato/v1/schedule", status="200") == 40
             assert text.count("# TYPE strato_schedule_attempts_total") <= 1
             assert value(text, "strato_engine_providers") == 1
-        assert len(seen) == 2, "every scrape reached the same worker"
+
+
+def _pids(url: str, seconds: float = 60.0) -> set[int]:
+    """Worker pids answering /healthz on new connections, until two did or
+    `seconds` passed."""
+    pids: set[int] = set()
+    deadline = time.monotonic() + seconds
+    while len(pids) < 2 and time.monotonic() < deadline:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            pids.add(c.get("/healthz").json()["pid"])
+        if len(pids) < 2:
+            time.sleep(0.05)
+    return pids
