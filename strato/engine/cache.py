@@ -33,6 +33,11 @@ from strato.engine.weighers import FloatArray, Scorer
 MAX_ENTRIES = 16
 # Past this share of changed rows, recomputing everything vectorised is cheaper.
 FULL_SHARE = 0.25
+# With a limit k, this many of the best single-provider rows are kept between
+# requests (at least TOP_MIN): claims move the best rows down one by one, and
+# a full pass is needed again only once fewer than k of them are left.
+TOP_SHARE = 4
+TOP_MIN = 32
 _KEY = "candidate-cache"
 
 
@@ -51,6 +56,13 @@ class _Entry:
     viable: BoolArray
     best: dict[str, FloatArray]
     multi: list[tuple[str, int]]  # classes asked by several groups: (class, total)
+    # With a limit k: the best single-provider rows, best first (score, then
+    # uuid), exactly the simple rows whose key is at least `floor`'s (the
+    # last kept's when last cut); None until first asked, or once fewer than k
+    # are left. `complete`: every simple row is there (nothing was cut).
+    top: npt.NDArray[np.int64] | None = None
+    floor: tuple[float, int, int] = (0.0, 0, 0)
+    complete: bool = False
 
 
 def build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, *,
@@ -185,6 +197,69 @@ def _update(e: _Entry, index: ProviderIndex, rows: npt.NDArray[np.int64],
     trees = trees[e.complex_roots[trees]]
     if len(trees):
         _trees_state(e, index, trees)
+    _update_top(e, index, rows)
+
+
+def _update_top(e: _Entry, index: ProviderIndex, rows: npt.NDArray[np.int64]) -> None:
+    """Keep `e.top` exact after `rows` changed: they leave it, and those still
+    simple whose key now passes the floor join it (every other row is below
+    the floor, as before)."""
+    if e.top is None:
+        return
+    changed = np.zeros(index.size, dtype=bool)
+    changed[rows] = True
+    stay = e.top[~changed[e.top]]
+    fresh = rows[e.simple_ok[rows]]
+    if len(fresh) and not e.complete:
+        score, hi, lo = e.simple_score[fresh], index.uuid_hi[fresh], index.uuid_lo[fresh]
+        f_score, f_hi, f_lo = e.floor
+        passes = (score > f_score) | ((score == f_score) & (
+            (hi < f_hi) | ((hi == f_hi) & (lo <= f_lo))))
+        fresh = fresh[passes]
+    top = np.concatenate([stay, fresh]) if len(fresh) else stay
+    if len(fresh):
+        top = cb._in_order(e.ctx, top, e.simple_score[top])[0]
+    _set_top(e, index, top, e.complete)
+
+
+def _set_top(e: _Entry, index: ProviderIndex, top: npt.NDArray[np.int64],
+             complete: bool) -> None:
+    """`top` (in order) as the kept best rows, cut to size."""
+    k = e.ctx.request.limit or 1
+    keep = max(TOP_SHARE * k, TOP_MIN)
+    if len(top) > keep:
+        top, complete = top[:keep], False
+    if not complete and len(top) < k:
+        e.top = None  # too few left to answer from: a full pass next time
+        return
+    if not complete:
+        # Every simple row left out is below the last kept (below the old
+        # floor, which that row passes).
+        last = int(top[-1])
+        e.floor = (float(e.simple_score[last]), int(index.uuid_hi[last]),
+                   int(index.uuid_lo[last]))
+    e.top, e.complete = top, complete
+
+
+def _best_simple(e: _Entry, index: ProviderIndex, drop: BoolArray | None, k: int
+                 ) -> list[cb.Candidate] | None:
+    """The k best single-provider candidates from the kept rows; None when
+    they cannot tell (too many of them dropped)."""
+    if e.top is None:
+        simple = np.flatnonzero(e.simple_ok)
+        keep = max(TOP_SHARE * k, TOP_MIN)
+        top = cb._top_order(e.ctx, simple, e.simple_score[simple], keep)[0]
+        e.top = None
+        _set_top(e, index, top, len(simple) <= keep)
+        if e.top is None:
+            return None
+    top = e.top
+    if drop is not None:
+        top = top[~drop[top]]
+        if len(top) < k and not e.complete:
+            return None
+    top = top[:k]
+    return cb._simple_candidates(e.ctx, top, e.simple_score[top])
 
 
 def _trees_state(e: _Entry, index: ProviderIndex, trees: npt.NDArray[np.int32]) -> None:
@@ -223,16 +298,20 @@ def _trees_state(e: _Entry, index: ProviderIndex, trees: npt.NDArray[np.int32]) 
 
 def _ranked(e: _Entry, drop: BoolArray | None) -> list[cb.Candidate]:
     ctx = e.ctx
+    limit = ctx.request.limit
     simple_ok, viable_ok = e.simple_ok, e.viable
     if drop is not None:
         simple_ok, viable_ok = simple_ok & ~drop, viable_ok & ~drop
-    simple = np.flatnonzero(simple_ok)
-    scores = e.simple_score[simple]
+    best = _best_simple(e, ctx.index, drop, limit) if limit is not None else None
+    if best is None:
+        simple = np.flatnonzero(simple_ok)
+        scores = e.simple_score[simple]
     viable = np.flatnonzero(viable_ok)
     bounds = cb._bound(ctx, {rc: b[viable] for rc, b in e.best.items()})
     if not len(viable):
         bounds = np.zeros(0, dtype=np.float64)
-    limit = ctx.request.limit
     if limit is not None:
-        return cb._ranked_with_limit(ctx, simple, scores, viable, bounds, limit)
+        if best is None:
+            best = cb._top_simple(ctx, simple, scores, limit)
+        return cb._ranked_with_limit(ctx, best, viable, bounds, limit)
     return cb._all_ranked(ctx, simple, scores, viable)

@@ -204,7 +204,8 @@ def _build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
     viable, bounds = _complex_viable(ctx, complex_roots)
     limit = request.limit
     if limit is not None:
-        return _ranked_with_limit(ctx, simple, simple_scores, viable, bounds, limit)
+        return _ranked_with_limit(ctx, _top_simple(ctx, simple, simple_scores, limit),
+                                  viable, bounds, limit)
     return _all_ranked(ctx, simple, simple_scores, viable)
 
 
@@ -404,19 +405,36 @@ def _tiebreak(ctx: _Context, positions: npt.NDArray[np.int64]
 
 def _sorted_simple(ctx: _Context, positions: npt.NDArray[np.int64], scores: FloatArray
                    ) -> list[Candidate]:
+    return _simple_candidates(ctx, *_in_order(ctx, positions, scores))
+
+
+def _in_order(ctx: _Context, positions: npt.NDArray[np.int64], scores: FloatArray
+              ) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """`positions` and their scores, best first (ties by the tie-break key)."""
     hi, lo = _tiebreak(ctx, positions)
     order = np.lexsort((lo, hi, -scores))
+    return positions[order], scores[order]
+
+
+def _simple_candidates(ctx: _Context, positions: npt.NDArray[np.int64], scores: FloatArray
+                       ) -> list[Candidate]:
     demand = sorted(_demand(ctx.groups).items())
-    pos, sc = positions[order].tolist(), scores[order].tolist()
-    return [_simple_candidate(ctx, p, s, demand) for p, s in zip(pos, sc, strict=True)]
+    return [_simple_candidate(ctx, p, s, demand)
+            for p, s in zip(positions.tolist(), scores.tolist(), strict=True)]
 
 
 def _top_simple(ctx: _Context, positions: npt.NDArray[np.int64], scores: FloatArray,
                 k: int) -> list[Candidate]:
-    """The k best single-provider candidates, in O(n): ties at the k-th score
-    are resolved by the tie-break key on the tied providers only."""
+    """The k best single-provider candidates."""
+    return _simple_candidates(ctx, *_top_order(ctx, positions, scores, k))
+
+
+def _top_order(ctx: _Context, positions: npt.NDArray[np.int64], scores: FloatArray,
+               k: int) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """The k best of `positions` and their scores, best first, in O(n): ties at
+    the k-th score are resolved by the tie-break key on the tied providers only."""
     if len(positions) <= k:
-        return _sorted_simple(ctx, positions, scores)
+        return _in_order(ctx, positions, scores)
     if k == 1:
         # The scheduler's usual ask: one pass for the best score, then the
         # tie-break among the providers that share it.
@@ -428,7 +446,7 @@ def _top_simple(ctx: _Context, positions: npt.NDArray[np.int64], scores: FloatAr
             if len(first) > 1:
                 first = first[np.argmin(lo[first])][None]
             tied = tied[first[:1]]
-        return _sorted_simple(ctx, positions[tied], scores[tied])
+        return _in_order(ctx, positions[tied], scores[tied])
     # The k-th best score: the best itself when k providers share it (an idle
     # cloud of like hosts: two passes), else a partition of the values (no
     # index array: several times cheaper than argpartition at 100,000).
@@ -451,7 +469,7 @@ def _top_simple(ctx: _Context, positions: npt.NDArray[np.int64], scores: FloatAr
         tied, hi, lo = tied[keep], hi[keep], lo[keep]
         tied = tied[np.lexsort((lo, hi))[:need]]
     chosen = np.concatenate([above, tied])
-    return _sorted_simple(ctx, positions[chosen], scores[chosen])
+    return _in_order(ctx, positions[chosen], scores[chosen])
 
 
 # -- the enumerated path: nested trees and sharing providers -----------------
@@ -737,10 +755,11 @@ def _dedupe(cands: Iterator[Candidate] | list[Candidate]) -> list[Candidate]:
     return list(seen.values())
 
 
-def _ranked_with_limit(ctx: _Context, simple: npt.NDArray[np.int64], simple_scores: FloatArray,
+def _ranked_with_limit(ctx: _Context, best: list[Candidate],
                        viable: npt.NDArray[np.int64], bounds: FloatArray,
                        k: int) -> list[Candidate]:
-    best = _top_simple(ctx, simple, simple_scores, k)
+    """The k best: `best` (the k best single-provider candidates, in order)
+    merged with what the trees at `viable` (their score bounds `bounds`) give."""
     pool: dict[object, Candidate] = {c.identity: c for c in best}
     ranked = sorted(pool.values(), key=Candidate.sort_key)
     order = np.arange(len(bounds))

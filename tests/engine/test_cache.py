@@ -42,6 +42,9 @@ def test_kept_state_answers_as_a_fresh_build(data: st.DataObject, weigher: str) 
             for _ in range(data.draw(st.integers(1, 2)))]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cache, "FULL_SHARE", 2.0)  # always the incremental update
+        # Few best rows kept: they run out, are cut, and the floor matters.
+        mp.setattr(cache, "TOP_MIN", 1)
+        mp.setattr(cache, "TOP_SHARE", data.draw(st.integers(1, 2)))
         for _ in range(data.draw(st.integers(1, 10))):
             u = data.draw(st.sampled_from(sorted(records)))
             rec = records[u]
@@ -118,3 +121,51 @@ def test_isolate_over_two_groups_never_takes_one_host_after_an_update() -> None:
         kept = cache.build_kept(index, req, scorer)
         assert kept is not None and answer(kept) == answer(candidates.build(index, req, scorer))
         assert all(len({p for p, _, _ in c.items}) == 2 for c in kept)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.sampled_from(("spread", "pack")))
+def test_kept_best_rows_follow_claims_and_releases(data: st.DataObject, weigher: str) -> None:
+    """With a limit, the best single-provider rows are kept between requests
+    (cache.TOP_SHARE x limit of them): claims push them below the rest, releases
+    lift others above them, ties at the floor go by uuid, whole trees drop out.
+    A cloud of like hosts (ties everywhere) and a few nested ones."""
+    hosts = data.draw(st.integers(2, 24))
+    sizes = data.draw(st.lists(st.sampled_from((4, 8)), min_size=hosts, max_size=hosts))
+    world = [ProviderRecord(uuid=f"{i:08d}-0000-0000-0000-000000000000",
+                            root_uuid=f"{i:08d}-0000-0000-0000-000000000000",
+                            inventories={"VCPU": InventoryRecord(total=size)})
+             for i, size in enumerate(sizes, start=1)]
+    if data.draw(st.booleans()):
+        root = "ffffffff-0000-0000-0000-000000000000"
+        world += [ProviderRecord(uuid=root, root_uuid=root)] + [
+            ProviderRecord(uuid=f"ffffffff-0000-0000-0000-00000000000{i}", parent_uuid=root,
+                           root_uuid=root, inventories={"VCPU": InventoryRecord(total=4)})
+            for i in (1, 2)]
+    index = ProviderIndex.build(world)
+    scorer = Scorer(WeigherConfig(name=weigher))
+    limit = data.draw(st.integers(1, 4))
+    req = candidates.CandidateRequest(groups=(candidates.RequestGroup(
+        resources=(("VCPU", data.draw(st.integers(1, 2))),)),), limit=limit)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cache, "FULL_SHARE", 2.0)
+        mp.setattr(cache, "TOP_MIN", 1)
+        mp.setattr(cache, "TOP_SHARE", data.draw(st.integers(1, 3)))
+        for _ in range(data.draw(st.integers(1, 25))):
+            kept = [r.uuid for r in world if r.inventories]
+            if data.draw(st.integers(0, 2)) == 0:  # a release somewhere
+                u = data.draw(st.sampled_from(kept))
+                index.add_usage(u, {"VCPU": -data.draw(st.integers(1, 2))})
+            else:  # a claim, mostly on one of the best
+                best = cache.build_kept(index, req, scorer) or []
+                options = [index.uuids[c.items[0][0]] for c in best] or kept
+                u = data.draw(st.sampled_from(options))
+                index.add_usage(u, {"VCPU": data.draw(st.integers(1, 3))})
+            drop = None
+            if data.draw(st.integers(0, 3)) == 0:
+                drop = np.zeros(index.size, dtype=bool)
+                drop[data.draw(st.lists(st.integers(0, index.size - 1), max_size=4))] = True
+                drop = drop[index.root[: index.size]]
+            got = cache.build_kept(index, req, scorer, exclude=drop)
+            assert got is not None
+            assert answer(got) == answer(candidates.build(index, req, scorer, exclude=drop))

@@ -13,13 +13,14 @@ import re
 import threading
 import time
 import uuid as uuidlib
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -123,7 +124,7 @@ def stale_providers(request: Request) -> StaleProviders | None:
 async def list_allocation_candidates(request: Request) -> Response:
     v = require(request, V1_10)
     deps.authorize(request, "placement:allocation_candidates:list")
-    parsed = parse_request(request.query_params.multi_items(), v)
+    parsed = parse_query(request.scope.get("query_string", b""), v)
     if _inline(request, parsed):
         # A query with a limit on a loaded index is answered on the event loop
         # (no hand-off to a worker thread), as the scheduler plans: one that
@@ -225,6 +226,33 @@ def _unexpected(bad: list[str], v: Version) -> str:
     patterns = ", ".join(repr(f"^{k}{suffix}") for k in sorted(kinds))
     return (f"{joined} {'does' if len(names) == 1 else 'do'} not match any of the regexes: "
             f"{patterns}")
+
+
+# A scheduler asks the same few shapes over and over; a parse costs about as
+# much as the rest of the route's own work (60 µs), so the last few shapes'
+# parses are kept (a CandidateRequest is immutable). Not a refusal (raised
+# again each time), nor a long query string (memory stays bounded).
+PARSED_SHAPES = 256
+PARSED_MAX_QUERY = 4096
+_parsed: OrderedDict[tuple[bytes, Version], CandidateRequest] = OrderedDict()
+_parsed_lock = threading.Lock()
+
+
+def parse_query(query_string: bytes, v: Version) -> CandidateRequest:
+    """`parse_request` of a raw query string, from the kept parses when it can."""
+    key = (query_string, v)
+    with _parsed_lock:
+        found = _parsed.get(key)
+        if found is not None:
+            _parsed.move_to_end(key)
+            return found
+    parsed = parse_request(QueryParams(query_string).multi_items(), v)
+    if len(query_string) <= PARSED_MAX_QUERY:
+        with _parsed_lock:
+            _parsed[key] = parsed
+            while len(_parsed) > PARSED_SHAPES:
+                _parsed.popitem(last=False)
+    return parsed
 
 
 def parse_request(items: list[tuple[str, str]], v: Version) -> CandidateRequest:

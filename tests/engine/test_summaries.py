@@ -1,0 +1,50 @@
+"""engine.summaries: provider summaries kept per row answer exactly as ones
+built from the index's columns, while usage, inventories, traits and trees
+change under them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from strato.engine import ProviderIndex, Scorer, candidates, summaries
+from strato.engine.records import InventoryRecord
+from tests.engine.worlds import TRAITS, move_usage, requests, worlds
+
+
+def fresh(index: ProviderIndex, cands: list[candidates.Candidate], nested_aware: bool
+          ) -> list[summaries.ProviderSummary]:
+    index.derived.pop(summaries._KEY, None)
+    return summaries.summarize(index, cands, nested_aware=nested_aware)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_kept_summaries_match_the_columns(data: st.DataObject) -> None:
+    world = data.draw(worlds())
+    records = {r.uuid: r for r in world}
+    index = ProviderIndex.build(world)
+    req = data.draw(requests(world))
+    scorer = Scorer()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(summaries, "KEPT_ROWS", data.draw(st.integers(1, 8)))  # evictions too
+        for _ in range(data.draw(st.integers(1, 10))):
+            u = data.draw(st.sampled_from(sorted(records)))
+            rec = records[u]
+            action = data.draw(st.sampled_from(("set", "add", "inventory", "traits", "none")))
+            if action in ("set", "add"):
+                move_usage(data, index, rec, action)
+            elif action == "inventory":
+                invs = {**rec.inventories, "DISK_GB": InventoryRecord(
+                    total=data.draw(st.integers(1, 10)))}
+                rec = records[u] = replace(rec, inventories=invs, used={})
+                index.apply([rec], ())
+            elif action == "traits":
+                rec = records[u] = replace(rec, traits=rec.traits ^ {TRAITS[1]})
+                index.apply([rec], ())
+            cands = candidates.build(index, req, scorer)
+            got = summaries.summarize(index, cands, nested_aware=req.nested_aware)
+            assert got == fresh(index, cands, req.nested_aware)
