@@ -18,6 +18,7 @@ row moves the bounds of every tree it serves).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,18 @@ _KEY = "candidate-cache"
 
 
 @dataclass(slots=True)
+class _Best:
+    """The best rows of one kind, best first by key (a score, high first, then
+    two tie-breaks, low first): exactly the rows of that kind whose key is at
+    least `floor`, the last kept row's when the list was last cut; or every
+    row of that kind (`complete`)."""
+
+    rows: npt.NDArray[np.int64]
+    floor: tuple[float, int, int]
+    complete: bool
+
+
+@dataclass(slots=True)
 class _Entry:
     structure: int
     size: int
@@ -56,13 +69,12 @@ class _Entry:
     viable: BoolArray
     best: dict[str, FloatArray]
     multi: list[tuple[str, int]]  # classes asked by several groups: (class, total)
-    # With a limit k: the best single-provider rows, best first (score, then
-    # uuid), exactly the simple rows whose key is at least `floor`'s (the
-    # last kept's when last cut); None until first asked, or once fewer than k
-    # are left. `complete`: every simple row is there (nothing was cut).
-    top: npt.NDArray[np.int64] | None = None
-    floor: tuple[float, int, int] = (0.0, 0, 0)
-    complete: bool = False
+    bound: FloatArray  # per complex root: its score bound (NEG_INF: not viable)
+    # With a limit: the best single-provider rows and the best trees, kept
+    # between requests (None until first asked, or once too few are left).
+    simple_top: _Best | None = None
+    tree_top: _Best | None = None
+    tree_keep: int = 0  # how many trees to keep (0: the default)
 
 
 def build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer, *,
@@ -152,12 +164,17 @@ def _new(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
     # Every class asked has a bound array, so that a tree can become viable later.
     for rc in demand:
         best.setdefault(rc, np.full(n, cb.NEG_INF))
+    bound = np.full(n, cb.NEG_INF)
+    roots = np.flatnonzero(viable)
+    if len(roots):
+        bound[roots] = cb._bound(ctx, {rc: b[roots] for rc, b in best.items()})
     return _Entry(structure=index.structure_version, size=n, version=index.version,
                   keep=keep, ctx=ctx, statics=statics,
                   anchor_static=filters.anchor_roots(index, request.root_required,
                                                      request.root_forbidden),
                   complex_roots=complex_roots, simple_ok=simple_ok,
-                  simple_score=simple_score, viable=viable.copy(), best=best, multi=multi)
+                  simple_score=simple_score, viable=viable.copy(), best=best, multi=multi,
+                  bound=bound)
 
 
 def _update(e: _Entry, index: ProviderIndex, rows: npt.NDArray[np.int64],
@@ -197,69 +214,11 @@ def _update(e: _Entry, index: ProviderIndex, rows: npt.NDArray[np.int64],
     trees = trees[e.complex_roots[trees]]
     if len(trees):
         _trees_state(e, index, trees)
-    _update_top(e, index, rows)
-
-
-def _update_top(e: _Entry, index: ProviderIndex, rows: npt.NDArray[np.int64]) -> None:
-    """Keep `e.top` exact after `rows` changed: they leave it, and those still
-    simple whose key now passes the floor join it (every other row is below
-    the floor, as before)."""
-    if e.top is None:
-        return
-    changed = np.zeros(index.size, dtype=bool)
-    changed[rows] = True
-    stay = e.top[~changed[e.top]]
-    fresh = rows[e.simple_ok[rows]]
-    if len(fresh) and not e.complete:
-        score, hi, lo = e.simple_score[fresh], index.uuid_hi[fresh], index.uuid_lo[fresh]
-        f_score, f_hi, f_lo = e.floor
-        passes = (score > f_score) | ((score == f_score) & (
-            (hi < f_hi) | ((hi == f_hi) & (lo <= f_lo))))
-        fresh = fresh[passes]
-    top = np.concatenate([stay, fresh]) if len(fresh) else stay
-    if len(fresh):
-        top = cb._in_order(e.ctx, top, e.simple_score[top])[0]
-    _set_top(e, index, top, e.complete)
-
-
-def _set_top(e: _Entry, index: ProviderIndex, top: npt.NDArray[np.int64],
-             complete: bool) -> None:
-    """`top` (in order) as the kept best rows, cut to size."""
-    k = e.ctx.request.limit or 1
-    keep = max(TOP_SHARE * k, TOP_MIN)
-    if len(top) > keep:
-        top, complete = top[:keep], False
-    if not complete and len(top) < k:
-        e.top = None  # too few left to answer from: a full pass next time
-        return
-    if not complete:
-        # Every simple row left out is below the last kept (below the old
-        # floor, which that row passes).
-        last = int(top[-1])
-        e.floor = (float(e.simple_score[last]), int(index.uuid_hi[last]),
-                   int(index.uuid_lo[last]))
-    e.top, e.complete = top, complete
-
-
-def _best_simple(e: _Entry, index: ProviderIndex, drop: BoolArray | None, k: int
-                 ) -> list[cb.Candidate] | None:
-    """The k best single-provider candidates from the kept rows; None when
-    they cannot tell (too many of them dropped)."""
-    if e.top is None:
-        simple = np.flatnonzero(e.simple_ok)
-        keep = max(TOP_SHARE * k, TOP_MIN)
-        top = cb._top_order(e.ctx, simple, e.simple_score[simple], keep)[0]
-        e.top = None
-        _set_top(e, index, top, len(simple) <= keep)
-        if e.top is None:
-            return None
-    top = e.top
-    if drop is not None:
-        top = top[~drop[top]]
-        if len(top) < k and not e.complete:
-            return None
-    top = top[:k]
-    return cb._simple_candidates(e.ctx, top, e.simple_score[top])
+    limit = ctx.request.limit or 1
+    e.simple_top = _renewed(e.simple_top, rows, e.simple_ok, _simple_key(e, index),
+                            _keep_count(limit))
+    e.tree_top = _renewed(e.tree_top, trees.astype(np.int64), e.viable, _tree_key(e, index),
+                          e.tree_keep or _keep_count(limit))
 
 
 def _trees_state(e: _Entry, index: ProviderIndex, trees: npt.NDArray[np.int32]) -> None:
@@ -294,24 +253,153 @@ def _trees_state(e: _Entry, index: ProviderIndex, trees: npt.NDArray[np.int32]) 
     for b in e.best.values():
         ok &= b[trees] > cb.NEG_INF
     e.viable[trees] = ok
+    e.bound[trees] = cb.NEG_INF
+    if ok.any():
+        e.bound[trees[ok]] = cb._bound(ctx, {rc: b[trees[ok]] for rc, b in e.best.items()})
+
+
+# -- the best rows kept (with a limit) ----------------------------------------
+
+_Keys = tuple[FloatArray, npt.NDArray[np.uint64], npt.NDArray[np.uint64]]
+_KeyOf = Callable[[npt.NDArray[np.int64]], _Keys]
+
+
+def _simple_key(e: _Entry, index: ProviderIndex) -> _KeyOf:
+    """Single-provider rows rank by score, then uuid (as candidates._top_order)."""
+    return lambda rows: (e.simple_score[rows], index.uuid_hi[rows], index.uuid_lo[rows])
+
+
+def _tree_key(e: _Entry, index: ProviderIndex) -> _KeyOf:
+    """Trees are searched by bound, then smallest uuid in the tree, then
+    position (as candidates._ranked_with_limit)."""
+    lay = index.layout()
+    return lambda rows: (e.bound[rows], lay.min_hi[rows], rows.astype(np.uint64))
+
+
+def _in_order(rows: npt.NDArray[np.int64], key: _KeyOf) -> npt.NDArray[np.int64]:
+    a, b, c = key(rows)
+    return rows[np.lexsort((c, b, -a))]
+
+
+def _first(rows: npt.NDArray[np.int64], key: _KeyOf, m: int) -> npt.NDArray[np.int64]:
+    """The best `m` of `rows`, in order, without sorting them all."""
+    if len(rows) > m:
+        a, b, c = key(rows)
+        n = len(a)
+        kth = np.partition(a, n - m)[n - m]
+        above = np.flatnonzero(a > kth)
+        tied = np.flatnonzero(a == kth)
+        need = m - len(above)
+        tied = tied[np.lexsort((c[tied], b[tied]))[:need]]
+        rows = rows[np.concatenate([above, tied])]
+    return _in_order(rows, key)
+
+
+def _kept(rows: npt.NDArray[np.int64], complete: bool, key: _KeyOf, keep: int, least: int
+          ) -> _Best | None:
+    """`rows` (in order) cut to `keep`; None when fewer than `least` are left
+    of an incomplete list (it could no longer tell the best `least`)."""
+    if len(rows) > keep:
+        rows, complete = rows[:keep], False
+    if not complete and (len(rows) < least or not len(rows)):
+        return None
+    floor = (0.0, 0, 0)
+    if not complete:
+        # Every row left out is below the last kept (below the old floor,
+        # which that row passes).
+        a, b, c = key(rows[-1:])
+        floor = (float(a[0]), int(b[0]), int(c[0]))
+    return _Best(rows=rows, floor=floor, complete=complete)
+
+
+def _renewed(best: _Best | None, changed: npt.NDArray[np.int64], ok: BoolArray,
+             key: _KeyOf, keep: int) -> _Best | None:
+    """`best` after `changed` rows changed: they leave it, and those still of
+    its kind (`ok`) whose key now passes the floor join it; every other row
+    is below the floor, as before. None once nothing is left to tell by."""
+    if best is None or not len(changed):
+        return best
+    stay = best.rows[~np.isin(best.rows, changed)]
+    fresh = changed[ok[changed]]
+    if len(fresh) and not best.complete:
+        a, b, c = key(fresh)
+        fa, fb, fc = best.floor
+        fresh = fresh[(a > fa) | ((a == fa) & ((b < fb) | ((b == fb) & (c <= fc))))]
+    if not len(fresh):
+        if len(stay) == len(best.rows):
+            return best
+        rows = stay
+    else:
+        rows = _in_order(np.concatenate([stay, fresh]), key)
+    return _kept(rows, best.complete, key, keep, 1)
+
+
+def _keep_count(k: int) -> int:
+    return max(TOP_SHARE * k, TOP_MIN)
+
+
+def _best_simple(e: _Entry, index: ProviderIndex, drop: BoolArray | None, k: int
+                 ) -> list[cb.Candidate] | None:
+    """The k best single-provider candidates from the kept rows; None when
+    they cannot tell (too many of them dropped)."""
+    key = _simple_key(e, index)
+    if e.simple_top is None or (not e.simple_top.complete and len(e.simple_top.rows) < k):
+        simple = np.flatnonzero(e.simple_ok)
+        keep = _keep_count(k)
+        e.simple_top = _kept(_first(simple, key, keep), len(simple) <= keep, key, keep, k)
+        if e.simple_top is None:
+            return None
+    top = e.simple_top.rows
+    if drop is not None:
+        top = top[~drop[top]]
+    if len(top) < k and not e.simple_top.complete:
+        return None
+    top = top[:k]
+    return cb._simple_candidates(e.ctx, top, e.simple_score[top])
+
+
+def _best_trees(e: _Entry, index: ProviderIndex, drop: BoolArray | None, k: int
+                ) -> tuple[npt.NDArray[np.int64], FloatArray, bool]:
+    """The trees worth searching, from the kept ones: (roots, their bounds,
+    whether they are all there are)."""
+    key = _tree_key(e, index)
+    if e.tree_top is None:
+        viable = np.flatnonzero(e.viable)
+        keep = e.tree_keep or _keep_count(k)
+        e.tree_top = _kept(_first(viable, key, keep), len(viable) <= keep, key, keep, 0)
+        assert e.tree_top is not None
+    roots = e.tree_top.rows
+    if drop is not None:
+        roots = roots[~drop[roots]]
+    return roots, e.bound[roots], e.tree_top.complete
 
 
 def _ranked(e: _Entry, drop: BoolArray | None) -> list[cb.Candidate]:
     ctx = e.ctx
     limit = ctx.request.limit
-    simple_ok, viable_ok = e.simple_ok, e.viable
-    if drop is not None:
-        simple_ok, viable_ok = simple_ok & ~drop, viable_ok & ~drop
-    best = _best_simple(e, ctx.index, drop, limit) if limit is not None else None
-    if best is None:
-        simple = np.flatnonzero(simple_ok)
-        scores = e.simple_score[simple]
-    viable = np.flatnonzero(viable_ok)
-    bounds = cb._bound(ctx, {rc: b[viable] for rc, b in e.best.items()})
-    if not len(viable):
-        bounds = np.zeros(0, dtype=np.float64)
     if limit is not None:
+        best = _best_simple(e, ctx.index, drop, limit)
         if best is None:
-            best = cb._top_simple(ctx, simple, scores, limit)
-        return cb._ranked_with_limit(ctx, best, viable, bounds, limit)
-    return cb._all_ranked(ctx, simple, scores, viable)
+            simple = _simple_rows(e, drop)
+            best = cb._top_simple(ctx, simple, e.simple_score[simple], limit)
+        roots, bounds, complete = _best_trees(e, ctx.index, drop, limit)
+        found = cb._ranked_with_limit(ctx, best, roots, bounds, limit, exhaustive=complete)
+        if found is not None:
+            return found
+        # The search went past the kept trees: keep twice as many from now on.
+        e.tree_keep = 2 * len(e.tree_top.rows) if e.tree_top is not None else 0
+        e.tree_top = None
+        viable = _viable_rows(e, drop)
+        ranked = cb._ranked_with_limit(ctx, best, viable, e.bound[viable], limit)
+        assert ranked is not None
+        return ranked
+    simple = _simple_rows(e, drop)
+    return cb._all_ranked(ctx, simple, e.simple_score[simple], _viable_rows(e, drop))
+
+
+def _simple_rows(e: _Entry, drop: BoolArray | None) -> npt.NDArray[np.int64]:
+    return np.flatnonzero(e.simple_ok if drop is None else e.simple_ok & ~drop)
+
+
+def _viable_rows(e: _Entry, drop: BoolArray | None) -> npt.NDArray[np.int64]:
+    return np.flatnonzero(e.viable if drop is None else e.viable & ~drop)

@@ -204,8 +204,10 @@ def _build(index: ProviderIndex, request: CandidateRequest, scorer: Scorer,
     viable, bounds = _complex_viable(ctx, complex_roots)
     limit = request.limit
     if limit is not None:
-        return _ranked_with_limit(ctx, _top_simple(ctx, simple, simple_scores, limit),
-                                  viable, bounds, limit)
+        ranked = _ranked_with_limit(ctx, _top_simple(ctx, simple, simple_scores, limit),
+                                    viable, bounds, limit)
+        assert ranked is not None  # exhaustive
+        return ranked
     return _all_ranked(ctx, simple, simple_scores, viable)
 
 
@@ -757,9 +759,12 @@ def _dedupe(cands: Iterator[Candidate] | list[Candidate]) -> list[Candidate]:
 
 def _ranked_with_limit(ctx: _Context, best: list[Candidate],
                        viable: npt.NDArray[np.int64], bounds: FloatArray,
-                       k: int) -> list[Candidate]:
+                       k: int, exhaustive: bool = True) -> list[Candidate] | None:
     """The k best: `best` (the k best single-provider candidates, in order)
-    merged with what the trees at `viable` (their score bounds `bounds`) give."""
+    merged with what the trees at `viable` (their score bounds `bounds`) give.
+
+    `exhaustive=False`: `viable` are only the first trees in search order
+    (engine/cache.py keeps them); None if the search would go past them."""
     pool: dict[object, Candidate] = {c.identity: c for c in best}
     ranked = sorted(pool.values(), key=Candidate.sort_key)
     order = np.arange(len(bounds))
@@ -812,6 +817,12 @@ def _ranked_with_limit(ctx: _Context, best: list[Candidate],
             pool = {c.identity: c for c in ranked}
         if 0 <= ctx.max_candidates <= len(pool):
             break
+    else:
+        # Not stopped: a later tree might still count, unless one of these
+        # was left out above (every later tree would be too: its bound is
+        # at most that one's).
+        if not exhaustive and len(order) == len(bounds):
+            return None
     return sorted(pool.values(), key=Candidate.sort_key)[:k]
 
 

@@ -123,44 +123,54 @@ def test_isolate_over_two_groups_never_takes_one_host_after_an_update() -> None:
         assert all(len({p for p, _, _ in c.items}) == 2 for c in kept)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@st.composite
+def like_inventories(draw: st.DrawFn, nested: bool) -> dict[str, InventoryRecord]:
+    """VCPU and memory from a few sizes (ties everywhere); a NUMA node may have one only."""
+    rcs = (draw(st.sampled_from((("VCPU",), ("MEMORY_MB",), ("VCPU", "MEMORY_MB"))))
+           if nested else ("VCPU", "MEMORY_MB"))
+    return {rc: InventoryRecord(total=draw(st.sampled_from((4, 8)))) for rc in rcs}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.sampled_from(("spread", "pack")))
 def test_kept_best_rows_follow_claims_and_releases(data: st.DataObject, weigher: str) -> None:
     """With a limit, the best single-provider rows are kept between requests
     (cache.TOP_SHARE x limit of them): claims push them below the rest, releases
     lift others above them, ties at the floor go by uuid, whole trees drop out.
-    A cloud of like hosts (ties everywhere) and a few nested ones."""
-    hosts = data.draw(st.integers(2, 24))
-    sizes = data.draw(st.lists(st.sampled_from((4, 8)), min_size=hosts, max_size=hosts))
+    So are the trees searched first (best bound first), including when a
+    granular group's loose bounds make the search go past them. A cloud of
+    like hosts and like nested ones."""
     world = [ProviderRecord(uuid=f"{i:08d}-0000-0000-0000-000000000000",
                             root_uuid=f"{i:08d}-0000-0000-0000-000000000000",
-                            inventories={"VCPU": InventoryRecord(total=size)})
-             for i, size in enumerate(sizes, start=1)]
-    if data.draw(st.booleans()):
-        root = "ffffffff-0000-0000-0000-000000000000"
+                            inventories=data.draw(like_inventories(False)))
+             for i in range(1, data.draw(st.integers(1, 16)) + 1)]
+    for t in range(data.draw(st.integers(0, 10))):
+        root = f"ffffff{t:02d}-0000-0000-0000-000000000000"
         world += [ProviderRecord(uuid=root, root_uuid=root)] + [
-            ProviderRecord(uuid=f"ffffffff-0000-0000-0000-00000000000{i}", parent_uuid=root,
-                           root_uuid=root, inventories={"VCPU": InventoryRecord(total=4)})
-            for i in (1, 2)]
+            ProviderRecord(uuid=f"ffffff{t:02d}-0000-0000-0000-00000000000{i}",
+                           parent_uuid=root, root_uuid=root, inventories=invs)
+            for i, invs in enumerate(data.draw(st.lists(like_inventories(True),
+                                                        min_size=1, max_size=3)))]
     index = ProviderIndex.build(world)
     scorer = Scorer(WeigherConfig(name=weigher))
-    limit = data.draw(st.integers(1, 4))
-    req = candidates.CandidateRequest(groups=(candidates.RequestGroup(
-        resources=(("VCPU", data.draw(st.integers(1, 2))),)),), limit=limit)
+    shape = data.draw(st.sampled_from(((("VCPU", 1),), (("VCPU", 2),),
+                                       (("VCPU", 1), ("MEMORY_MB", 1)))))
+    RG = candidates.RequestGroup
+    group = RG(suffix="1", resources=shape) if data.draw(st.booleans()) else RG(resources=shape)
+    req = candidates.CandidateRequest(groups=(group,), limit=data.draw(st.integers(1, 4)))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cache, "FULL_SHARE", 2.0)
         mp.setattr(cache, "TOP_MIN", 1)
         mp.setattr(cache, "TOP_SHARE", data.draw(st.integers(1, 3)))
         for _ in range(data.draw(st.integers(1, 25))):
-            kept = [r.uuid for r in world if r.inventories]
-            if data.draw(st.integers(0, 2)) == 0:  # a release somewhere
-                u = data.draw(st.sampled_from(kept))
-                index.add_usage(u, {"VCPU": -data.draw(st.integers(1, 2))})
-            else:  # a claim, mostly on one of the best
-                best = cache.build_kept(index, req, scorer) or []
-                options = [index.uuids[c.items[0][0]] for c in best] or kept
-                u = data.draw(st.sampled_from(options))
-                index.add_usage(u, {"VCPU": data.draw(st.integers(1, 3))})
+            best = cache.build_kept(index, req, scorer) or []
+            if data.draw(st.integers(0, 2)) == 0 or not best:  # a release somewhere
+                rec = data.draw(st.sampled_from([r for r in world if r.inventories]))
+                rc = data.draw(st.sampled_from(sorted(rec.inventories)))
+                index.add_usage(rec.uuid, {rc: -data.draw(st.integers(1, 2))})
+            else:  # a claim on one of the best
+                for p, rc, _ in data.draw(st.sampled_from(best)).items:
+                    index.add_usage(index.uuids[p], {rc: data.draw(st.integers(1, 3))})
             drop = None
             if data.draw(st.integers(0, 3)) == 0:
                 drop = np.zeros(index.size, dtype=bool)
