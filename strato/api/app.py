@@ -26,7 +26,7 @@ from strato.api.audit import AuditLog
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth, WithZoneTokens
 from strato.api.below import ProvidersBelow
 from strato.api.cors import CorsMiddleware, CorsPolicy
-from strato.api.fast import FastSchedule
+from strato.api.fast import FastCandidates, FastSchedule
 from strato.api.metrics import HttpMetrics, Metrics
 from strato.api.middleware import StratoMiddleware, accepts_json
 from strato.api.policy import PolicyFile, PolicyMode
@@ -246,6 +246,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
         strategy = WithZoneTokens(strategy, registration=settings.registration_token,
                                   link=settings.link_token)
     # Runs inside StratoMiddleware: the middleware added last is the outermost.
+    app.add_middleware(FastCandidates)
     app.add_middleware(ProvidersBelow, state=app.state)
     app.add_middleware(FastSchedule, state=app.state)
     app.add_middleware(StratoMiddleware, auth=strategy,

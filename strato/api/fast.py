@@ -1,4 +1,5 @@
-"""POST /strato/v1/schedule past the framework's per-request machinery.
+"""POST /strato/v1/schedule and GET /allocation_candidates past the
+framework's per-request machinery.
 
 The hottest route is also the simplest to serve: one JSON body, one model, one
 call into the zone tree, one JSON answer. Through FastAPI each call also paid
@@ -10,6 +11,13 @@ authentication and the body limit are done) and answers the route itself.
 Anything it would answer differently goes to the normal route instead, with
 the body replayed: a body that does not validate, a caller who is not an
 admin, too many hops. Those answers (400, 403) are then exactly the route's.
+
+`FastCandidates` does the same for Placement's hottest read: it calls the
+route's own function (`candidates_response`); any error, a Placement 400 or
+403 as much as an unexpected one, is left to the route, which raises it again
+and answers it as every route does (a GET has no body to replay, and the
+answer changes nothing). Through the framework, routing and dependency
+solving cost about a third of a limited answer's server time at 10,000 hosts.
 """
 
 from __future__ import annotations
@@ -19,18 +27,22 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strato.api import deps
 from strato.api.auth import CONTEXT_KEY, Context
+from strato.api.middleware import accepts_json
 from strato.api.responses import REQUEST_ID_KEY, error_response
+from strato.api.routes.allocation_candidates import candidates_response
 from strato.api.routes.schedule import MAX_HOPS, schedule_response
 from strato.model import errors
 from strato.model.schedule import ScheduleRequest
 
 log = logging.getLogger("strato.api")
 PATH = "/strato/v1/schedule"
+CANDIDATES = "/allocation_candidates"
 
 
 class FastSchedule:
@@ -76,6 +88,28 @@ class FastSchedule:
             response = error_response(500, "Internal Server Error",
                                       f"unexpected error: {type(exc).__name__}",
                                       errors.DEFAULT, rid)
+        await response(scope, receive, send)
+
+
+class FastCandidates:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != CANDIDATES or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if not accepts_json(request.headers.get("accept")):
+            await self.app(scope, receive, send)  # the app's 406
+            return
+        try:
+            response = await candidates_response(request)
+        except Exception:
+            # The route raises it again and answers it (errors' bodies and
+            # headers, and the log of an unexpected one, are the app's).
+            await self.app(scope, receive, send)
+            return
         await response(scope, receive, send)
 
 

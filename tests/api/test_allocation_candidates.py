@@ -439,3 +439,54 @@ def test_stale_set_is_reread_on_any_write_or_after_its_ttl(
 def test_placement_wording_and_order(cloud: Cloud, query: str, needle: str) -> None:
     detail, _ = cloud.error(query, "latest")
     assert needle in detail
+
+
+def test_the_lean_path_answers_like_the_route(cloud: Cloud, client: TestClient,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """GET /allocation_candidates is answered past the framework's routing
+    (strato/api/fast.py) by the route's own function; every error is left to
+    the route, which answers it as before: 400, 403, 406, and a 500 in
+    Placement's body for an error nobody expected. Headers once each."""
+    from strato.api import fast
+    from strato.engine.service import Engine
+
+    calls = {"fast": 0, "route": 0}
+
+    def counted(name: str, fn: Any) -> Any:
+        async def call(request: Any) -> Any:
+            calls[name] += 1
+            return await fn(request)
+        return call
+    monkeypatch.setattr(fast, "candidates_response", counted("fast", fast.candidates_response))
+    monkeypatch.setattr(ac, "candidates_response", counted("route", ac.candidates_response))
+    cloud.host("cn1", VCPU=8, MEMORY_MB=4096)
+
+    def once(r: Any, status: int) -> None:
+        assert r.status_code == status, r.text
+        assert len(r.headers.get_list("x-openstack-request-id")) == 1
+        assert len(r.headers.get_list("openstack-api-version")) == 1
+        assert r.headers["content-type"].startswith("application/json")
+        if status >= 400:
+            assert r.json()["errors"][0]["request_id"] == r.headers["x-openstack-request-id"]
+
+    r = client.get(f"/allocation_candidates?{COMPUTE}&limit=1")
+    once(r, 200)
+    assert r.headers["cache-control"] == "no-cache" and r.headers["last-modified"]
+    assert len(r.json()["allocation_requests"]) == 1
+    assert calls == {"fast": 1, "route": 0}
+    once(client.get("/allocation_candidates?resources=VCPU:x"), 400)
+    once(client.get("/allocation_candidates?resources=CUSTOM_NOPE:1"), 400)
+    once(client.get(f"/allocation_candidates?{COMPUTE}",
+                    headers={"x-auth-token": "user", "x-roles": "member"}), 403)
+    r = client.get(f"/allocation_candidates?{COMPUTE}", headers={"accept": "text/plain"})
+    assert r.status_code == 406
+    assert calls == {"fast": 4, "route": 3}  # the 406 reaches neither
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("engine down")
+    monkeypatch.setattr(Engine, "query", broken)
+    with TestClient(client.app, headers=dict(client.headers),
+                    raise_server_exceptions=False) as c:
+        r = c.get(f"/allocation_candidates?{COMPUTE}")
+    assert r.status_code == 500  # as from any route: the app's handler answers it
+    assert r.json()["errors"][0]["detail"] == "unexpected error: RuntimeError"

@@ -122,6 +122,13 @@ def stale_providers(request: Request) -> StaleProviders | None:
 
 @router.get("/allocation_candidates")
 async def list_allocation_candidates(request: Request) -> Response:
+    return await candidates_response(request)
+
+
+async def candidates_response(request: Request) -> Response:
+    """The answer to GET /allocation_candidates, or the Placement error it
+    raises. The route's one implementation: api/fast.py calls it too, without
+    the framework's routing, and leaves errors to the route."""
     v = require(request, V1_10)
     deps.authorize(request, "placement:allocation_candidates:list")
     parsed = parse_query(request.scope.get("query_string", b""), v)
