@@ -38,6 +38,8 @@ class ProviderSummary:
 # only the rows claims touched change, and building one costs ten times a
 # lookup. At most this many rows, least recently used dropped first.
 KEPT_ROWS = 4096
+# A larger answer (no limit) is built without them.
+KEPT_ANSWER = 1024
 _KEY = "provider-summaries"
 _Kept = OrderedDict[int, tuple[int, "ProviderSummary"]]  # row -> (its version, summary)
 
@@ -63,6 +65,11 @@ def summarize(index: ProviderIndex, candidates: Sequence[Candidate], *,
                                         in zip(starts.tolist(), ends.tolist(), strict=True)])
     else:
         positions = np.asarray(sorted(used), dtype=np.int64)
+    if len(positions) > KEPT_ANSWER:
+        # A large answer (no limit) is built as it is: kept, it would only
+        # push out the rows the limited answers share, and the table once
+        # grown to its size stays that big.
+        return _build(index, positions)
     kept: tuple[int, _Kept] | None = index.derived.get(_KEY)
     if kept is None or kept[0] != index.structure_version:
         kept = index.derived[_KEY] = (index.structure_version, OrderedDict())

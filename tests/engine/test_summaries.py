@@ -31,6 +31,7 @@ def test_kept_summaries_match_the_columns(data: st.DataObject) -> None:
     scorer = Scorer()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(summaries, "KEPT_ROWS", data.draw(st.integers(1, 8)))  # evictions too
+        mp.setattr(summaries, "KEPT_ANSWER", data.draw(st.sampled_from((1024, 2))))
         for _ in range(data.draw(st.integers(1, 10))):
             u = data.draw(st.sampled_from(sorted(records)))
             rec = records[u]
