@@ -13,18 +13,11 @@ from hypothesis import strategies as st
 from strato.engine import ProviderIndex, Scorer, WeigherConfig, cache, candidates
 from strato.engine.candidates import Candidate
 from strato.engine.records import InventoryRecord, ProviderRecord
-from tests.engine.worlds import SHARING, TRAITS, move_usage, requests, worlds
+from tests.engine.worlds import SHARING, TRAITS, change_one, requests, worlds
 
 
 def answer(cands: list[Candidate]) -> list[tuple[object, ...]]:
     return [(c.items, c.mappings, c.key, c.score) for c in cands]
-
-
-def current(index: ProviderIndex, rec: ProviderRecord) -> ProviderRecord:
-    """`rec` with the usage the index holds now."""
-    p = index.pos[rec.uuid]
-    return replace(rec, used={rc: int(col.used[p]) for rc, col in index.rc.items()
-                              if rc in rec.inventories})
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -46,25 +39,7 @@ def test_kept_state_answers_as_a_fresh_build(data: st.DataObject, weigher: str) 
         mp.setattr(cache, "TOP_MIN", 1)
         mp.setattr(cache, "TOP_SHARE", data.draw(st.integers(1, 2)))
         for _ in range(data.draw(st.integers(1, 10))):
-            u = data.draw(st.sampled_from(sorted(records)))
-            rec = records[u]
-            action = data.draw(st.sampled_from(("set", "add", "inventory", "traits", "none")))
-            if action in ("set", "add"):
-                move_usage(data, index, rec, action)
-            elif action == "inventory" and rec.inventories:
-                rc = data.draw(st.sampled_from(sorted(rec.inventories)))
-                inv = rec.inventories[rc]
-                invs = {**rec.inventories,
-                        rc: InventoryRecord(total=data.draw(st.integers(1, 10)),
-                                            reserved=inv.reserved, min_unit=inv.min_unit,
-                                            max_unit=inv.max_unit, step_size=inv.step_size,
-                                            allocation_ratio=inv.allocation_ratio)}
-                rec = records[u] = replace(current(index, rec), inventories=invs)
-                index.apply([rec], ())
-            elif action == "traits":
-                rec = records[u] = replace(current(index, rec),
-                                           traits=rec.traits ^ {TRAITS[0]})
-                index.apply([rec], ())
+            change_one(data, index, records)
             exclude = (np.array(data.draw(st.lists(st.booleans(), min_size=index.size,
                                                    max_size=index.size)), dtype=bool)
                        if data.draw(st.booleans()) else None)

@@ -4,15 +4,12 @@ change under them."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strato.engine import ProviderIndex, Scorer, candidates, summaries
-from strato.engine.records import InventoryRecord
-from tests.engine.worlds import TRAITS, move_usage, requests, worlds
+from tests.engine.worlds import change_one, requests, worlds
 
 
 def fresh(index: ProviderIndex, cands: list[candidates.Candidate], nested_aware: bool
@@ -33,19 +30,7 @@ def test_kept_summaries_match_the_columns(data: st.DataObject) -> None:
         mp.setattr(summaries, "KEPT_ROWS", data.draw(st.integers(1, 8)))  # evictions too
         mp.setattr(summaries, "KEPT_ANSWER", data.draw(st.sampled_from((1024, 2))))
         for _ in range(data.draw(st.integers(1, 10))):
-            u = data.draw(st.sampled_from(sorted(records)))
-            rec = records[u]
-            action = data.draw(st.sampled_from(("set", "add", "inventory", "traits", "none")))
-            if action in ("set", "add"):
-                move_usage(data, index, rec, action)
-            elif action == "inventory":
-                invs = {**rec.inventories, "DISK_GB": InventoryRecord(
-                    total=data.draw(st.integers(1, 10)))}
-                rec = records[u] = replace(rec, inventories=invs, used={})
-                index.apply([rec], ())
-            elif action == "traits":
-                rec = records[u] = replace(rec, traits=rec.traits ^ {TRAITS[1]})
-                index.apply([rec], ())
+            change_one(data, index, records)
             cands = candidates.build(index, req, scorer)
             got = summaries.summarize(index, cands, nested_aware=req.nested_aware)
             assert got == fresh(index, cands, req.nested_aware)

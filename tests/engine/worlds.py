@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from hypothesis import strategies as st
 
@@ -140,3 +141,34 @@ def move_usage(data: st.DataObject, index: ProviderIndex, rec: ProviderRecord,
     elif action == "add":
         rc = data.draw(st.sampled_from(sorted(rec.inventories)))
         index.add_usage(rec.uuid, {rc: data.draw(st.integers(-2, 4))})
+
+
+def current(index: ProviderIndex, rec: ProviderRecord) -> ProviderRecord:
+    """`rec` with the usage the index holds now."""
+    p = index.pos[rec.uuid]
+    return replace(rec, used={rc: int(col.used[p]) for rc, col in index.rc.items()
+                              if rc in rec.inventories})
+
+
+def change_one(data: st.DataObject, index: ProviderIndex,
+               records: dict[str, ProviderRecord]) -> None:
+    """One drawn provider's usage, an inventory or its traits changed in
+    `index` (and in `records`), or nothing."""
+    u = data.draw(st.sampled_from(sorted(records)))
+    rec = records[u]
+    action = data.draw(st.sampled_from(("set", "add", "inventory", "traits", "none")))
+    if action in ("set", "add"):
+        move_usage(data, index, rec, action)
+    elif action == "inventory" and rec.inventories:
+        rc = data.draw(st.sampled_from(sorted(rec.inventories)))
+        inv = rec.inventories[rc]
+        invs = {**rec.inventories,
+                rc: InventoryRecord(total=data.draw(st.integers(1, 10)),
+                                    reserved=inv.reserved, min_unit=inv.min_unit,
+                                    max_unit=inv.max_unit, step_size=inv.step_size,
+                                    allocation_ratio=inv.allocation_ratio)}
+        records[u] = replace(current(index, rec), inventories=invs)
+        index.apply([records[u]], ())
+    elif action == "traits":
+        records[u] = replace(current(index, rec), traits=rec.traits ^ {TRAITS[0]})
+        index.apply([records[u]], ())
