@@ -47,11 +47,13 @@ class _Best:
     """The best rows of one kind, best first by key (a score, high first, then
     two tie-breaks, low first): exactly the rows of that kind whose key is at
     least `floor`, the last kept row's when the list was last cut; or every
-    row of that kind (`complete`)."""
+    row of that kind (`complete`). Rows of `dropped` are not of that kind: a
+    list built for requests that leave them out serves only those."""
 
     rows: npt.NDArray[np.int64]
     floor: tuple[float, int, int]
     complete: bool
+    dropped: BoolArray | None = None
 
 
 @dataclass(slots=True)
@@ -295,8 +297,8 @@ def _first(rows: npt.NDArray[np.int64], key: _KeyOf, m: int) -> npt.NDArray[np.i
     return _in_order(rows, key)
 
 
-def _kept(rows: npt.NDArray[np.int64], complete: bool, key: _KeyOf, keep: int, least: int
-          ) -> _Best | None:
+def _kept(rows: npt.NDArray[np.int64], complete: bool, key: _KeyOf, keep: int, least: int,
+          dropped: BoolArray | None = None) -> _Best | None:
     """`rows` (in order) cut to `keep`; None when fewer than `least` are left
     of an incomplete list (it could no longer tell the best `least`)."""
     if len(rows) > keep:
@@ -309,7 +311,7 @@ def _kept(rows: npt.NDArray[np.int64], complete: bool, key: _KeyOf, keep: int, l
         # which that row passes).
         a, b, c = key(rows[-1:])
         floor = (float(a[0]), int(b[0]), int(c[0]))
-    return _Best(rows=rows, floor=floor, complete=complete)
+    return _Best(rows=rows, floor=floor, complete=complete, dropped=dropped)
 
 
 def _renewed(best: _Best | None, changed: npt.NDArray[np.int64], ok: BoolArray,
@@ -321,6 +323,8 @@ def _renewed(best: _Best | None, changed: npt.NDArray[np.int64], ok: BoolArray,
         return best
     stay = best.rows[~np.isin(best.rows, changed)]
     fresh = changed[ok[changed]]
+    if best.dropped is not None:
+        fresh = fresh[~best.dropped[fresh]]
     if len(fresh) and not best.complete:
         a, b, c = key(fresh)
         fa, fb, fc = best.floor
@@ -331,7 +335,7 @@ def _renewed(best: _Best | None, changed: npt.NDArray[np.int64], ok: BoolArray,
         rows = stay
     else:
         rows = _in_order(np.concatenate([stay, fresh]), key)
-    return _kept(rows, best.complete, key, keep, 1)
+    return _kept(rows, best.complete, key, keep, 1, best.dropped)
 
 
 def _keep_count(k: int) -> int:
@@ -343,19 +347,42 @@ def _best_simple(e: _Entry, index: ProviderIndex, drop: BoolArray | None, k: int
     """The k best single-provider candidates from the kept rows; None when
     they cannot tell (too many of them dropped)."""
     key = _simple_key(e, index)
-    if e.simple_top is None or (not e.simple_top.complete and len(e.simple_top.rows) < k):
-        simple = np.flatnonzero(e.simple_ok)
-        keep = _keep_count(k)
-        e.simple_top = _kept(_first(simple, key, keep), len(simple) <= keep, key, keep, k)
-        if e.simple_top is None:
+    best = _usable(e.simple_top, drop)
+    if best is None or (not best.complete and len(best.rows) < k):
+        best = e.simple_top = _best_of(e.simple_ok, key, _keep_count(k), k,
+                                       None if best is None else best.dropped)
+        if best is None:
             return None
-    top = e.simple_top.rows
-    if drop is not None:
-        top = top[~drop[top]]
-    if len(top) < k and not e.simple_top.complete:
-        return None
+    top = best.rows if drop is None else best.rows[~drop[best.rows]]
+    if len(top) < k and not best.complete:
+        # The rows this request leaves out crowd the kept ones: hosts every
+        # plan keeps spare (their rare features unasked), a hard rule, stale
+        # hosts; the best rows move among them as the others fill. Keep the
+        # best of the rest instead (for as long as requests leave those out).
+        best = e.simple_top = _best_of(e.simple_ok, key, _keep_count(k), k, drop)
+        if best is None:
+            return None
+        top = best.rows
     top = top[:k]
     return cb._simple_candidates(e.ctx, top, e.simple_score[top])
+
+
+def _best_of(ok: BoolArray, key: _KeyOf, keep: int, least: int, drop: BoolArray | None
+             ) -> _Best | None:
+    """The best `keep` rows of `ok`, leaving out `drop` (kept with the list)."""
+    rows = np.flatnonzero(ok if drop is None else ok & ~drop)
+    return _kept(_first(rows, key, keep), len(rows) <= keep, key, keep, least,
+                 None if drop is None else drop.copy())
+
+
+def _usable(best: _Best | None, drop: BoolArray | None) -> _Best | None:
+    """`best` if it can answer a request that leaves out `drop`: every row
+    the list was built without is left out by this request too."""
+    if best is None or best.dropped is None:
+        return best
+    if drop is None or bool((best.dropped & ~drop).any()):
+        return None
+    return best
 
 
 def _best_trees(e: _Entry, index: ProviderIndex, drop: BoolArray | None, k: int
