@@ -315,12 +315,14 @@ def over_http(url: str, queries: dict[str, str], reps: dict[str, int], clients: 
     # The floor: the same server's cheapest route (`GET /`, the version
     # document) with the same client, taking turns with limit10 so that both
     # see the same machine (issue 18: candidates within 1.5x of it at 10,000
-    # hosts, 3x at 100,000).
+    # hosts, 3x at 100,000). Ten turns each: this machine's speed drifts
+    # within a minute.
     floor: list[float] = []
     cands: list[float] = []
-    for _ in range(4):
-        floor += http_latencies(url, "", reps["limit10"] // 4, 1, path="/")
-        cands += http_latencies(url, queries["limit10"], reps["limit10"] // 4, 1)
+    turns = 10
+    for _ in range(turns):
+        floor += http_latencies(url, "", max(1, reps["limit10"] // turns), 1, path="/")
+        cands += http_latencies(url, queries["limit10"], max(1, reps["limit10"] // turns), 1)
     out["floor"] = {"get_root": summary_ms(floor), "limit10": summary_ms(cands)}
     out["floor"]["ratio"] = (round(out["floor"]["limit10"]["p50"]
                                    / out["floor"]["get_root"]["p50"], 2)
