@@ -181,8 +181,8 @@ class Database:
                after: Callable[[T], None] | None = None, *, lazy: bool = False) -> Future[T]:
         """`batched()` without waiting: the job runs in this database's writer
         thread (grouped with whatever else is waiting) and the future holds its
-        result or exception once committed, `after` done. For an event loop,
-        which must not block on the commit: `asyncio.wrap_future` awaits it."""
+        result or exception once committed, `after` done. An event loop,
+        which must not block on the commit, awaits `written` instead."""
         job = trace.bind("store.job", job)
         if not self.is_sqlite:
             # PostgreSQL groups commits itself: a plain write in a pool thread.
@@ -193,6 +193,15 @@ class Database:
                     return self._pool.submit(self._lazy_write, job, after)
                 return self._pool.submit(self.batched, job, after)
         return self._batcher.submit(job, after, lazy=lazy)
+
+    async def written(self, job: Callable[[Connection], T],
+                      after: Callable[[T], None] | None = None, *, lazy: bool = False) -> T:
+        """`submit`, awaited from an event loop: the job's result once
+        committed, `after` done."""
+        if not self.is_sqlite:
+            return await asyncio.wrap_future(self.submit(job, after, lazy=lazy))
+        return await self._batcher.submit_awaited(trace.bind("store.job", job), after,
+                                                  lazy=lazy)
 
     @contextmanager
     def expecting(self) -> Iterator[None]:
@@ -559,6 +568,7 @@ class _Slot:
     error: BaseException | None = None
     future: Future[Any] | None = None  # submitted, not waited for by a thread
     lazy: bool = False  # its commit need not wait for the disk
+    awaited: asyncio.Future[Any] | None = None  # `Database.written`: its loop's future
 
     def finish(self) -> None:
         self.done = True
@@ -631,16 +641,29 @@ class _Batcher:
                after: Callable[[T], None] | None = None, *, lazy: bool = False
                ) -> Future[T]:
         fut: Future[T] = Future()
+        self._queue(_Slot(job, after, future=fut, lazy=lazy))
+        return fut
+
+    def submit_awaited(self, job: Callable[[Connection], T],
+                       after: Callable[[T], None] | None = None, *, lazy: bool = False
+                       ) -> asyncio.Future[T]:
+        """`submit` from an event loop: a future of that loop, which the writer
+        resolves with every other of the batch in one call (one wake-up of the
+        loop per batch, not one per job)."""
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue(_Slot(job, after, lazy=lazy, awaited=fut))
+        return fut
+
+    def _queue(self, slot: _Slot) -> None:
         with self._cv:
             if self._closed:
                 raise RuntimeError("database disposed")
-            self._pending.append(_Slot(job, after, future=fut, lazy=lazy))
+            self._pending.append(slot)
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_loop, daemon=True,
                                                 name="strato-writer")
                 self._writer.start()
             self._cv.notify_all()
-        return fut
 
     def busy(self) -> bool:
         """A batch is running or jobs wait for one."""
@@ -722,6 +745,7 @@ class _Batcher:
             self._run_batch(batch)
         finally:
             self._db.publishing(False)
+            _wake(batch)
 
     def _run_batch(self, batch: list[_Slot]) -> None:
         # The commit waits for the disk unless every job in it may be lazy.
@@ -756,6 +780,33 @@ class _Batcher:
                     _after(s.after, s.result)
         for s in batch:
             s.finish()
+
+
+def _wake(batch: list[_Slot]) -> None:
+    """Resolve the batch's awaited futures: one call into each loop for all of
+    them. One wake-up per job would hand the GIL to the loop at the first,
+    and the writer would then wait for it back before it could tell the next
+    (the loop answering the first request meanwhile)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Slot]] = {}
+    for s in batch:
+        if s.awaited is not None:
+            by_loop.setdefault(s.awaited.get_loop(), []).append(s)
+    for loop, slots in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+            loop.call_soon_threadsafe(_resolve_slots, slots)
+
+
+def _resolve_slots(slots: list[_Slot]) -> None:
+    for s in slots:
+        fut = s.awaited
+        if fut is None or fut.done():
+            continue  # its caller stopped waiting: the job ran all the same
+        if not s.done:
+            fut.set_exception(RuntimeError("the writer failed before this job was done"))
+        elif s.error is not None:
+            fut.set_exception(s.error)
+        else:
+            fut.set_result(s.result)
 
 
 @contextmanager

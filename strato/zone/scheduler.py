@@ -13,7 +13,6 @@ the answer explains why, stage by stage.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -502,7 +501,7 @@ class LocalScheduler:
         start = time.perf_counter()
         with trace.span("strato.claim", consumers=len(req.consumers), retries=retries):
             job, applied, answer = self._claim_job(req, plan, retries)
-            replay = await asyncio.wrap_future(self.db.submit(job, applied))
+            replay = await self.db.written(job, applied)
         self.observer.claimed(time.perf_counter() - start)
         return self._claimed(req, replay, answer)
 

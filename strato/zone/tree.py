@@ -188,7 +188,7 @@ class ZoneTree:
                 if not lazy:
                     await self._durable()
                 return result  # type: ignore[return-value]
-        return await asyncio.wrap_future(self.db.submit(job, lazy=lazy))
+        return await self.db.written(job, lazy=lazy)
 
     async def _durable(self) -> None:
         """Until every ledger commit so far is on the disk (SQLite FULL)."""

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -87,6 +88,39 @@ def test_an_event_loop_awaits_the_commit(db: Database) -> None:
                                            for k in range(50))))
     assert asyncio.run(main()) == list(range(50))
     assert stored(db) == set(range(50))
+
+
+def test_awaited_jobs_of_a_batch_are_answered_together(db: Database) -> None:
+    """`written`: each caller gets its own job's result or error, the loop is
+    woken once per batch (not once per job), and a caller that stops waiting
+    leaves its job done and the others answered."""
+    commits = _Commits()
+    db.observer = commits
+    wakes = 0
+
+    async def main() -> tuple[list[int | BaseException], int]:
+        nonlocal wakes
+        loop = asyncio.get_running_loop()
+        threadsafe = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal wakes
+            wakes += 1
+            return threadsafe(*args, **kwargs)
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        with db.expecting():  # the writer gathers what the loop submits
+            tasks = [asyncio.create_task(db.written(insert(k))) for k in (*range(20), -3)]
+            gone = asyncio.create_task(db.written(insert(77)))
+            await asyncio.sleep(0)
+            gone.cancel()
+            got = list(await asyncio.gather(*tasks, return_exceptions=True))
+        return got, commits.count
+
+    got, commit_count = asyncio.run(main())
+    assert got[:20] == list(range(20))
+    assert isinstance(got[20], ValueError) and "job -3 fails" in str(got[20])
+    assert stored(db) == set(range(20)) | {77}
+    assert wakes == commit_count < 22
 
 
 def test_dispose_finishes_what_was_submitted_and_a_later_submit_starts_again(

@@ -7,7 +7,6 @@ allocations. The body schemas change with the microversion; the table
 
 from __future__ import annotations
 
-import asyncio
 import re
 import uuid as uuidlib
 from datetime import datetime
@@ -358,7 +357,7 @@ async def _write_here(request: Request, claims: list[store.ConsumerClaim], *,
     `release` of a consumer that holds nothing here writes nothing and
     answers False."""
     job, applied = request.app.state.scheduler.write_job(claims, release=release)
-    done: bool = await asyncio.wrap_future(deps.db(request).submit(job, applied))
+    done: bool = await deps.db(request).written(job, applied)
     return done
 
 
