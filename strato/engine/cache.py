@@ -347,12 +347,20 @@ def _best_simple(e: _Entry, index: ProviderIndex, drop: BoolArray | None, k: int
     """The k best single-provider candidates from the kept rows; None when
     they cannot tell (too many of them dropped)."""
     key = _simple_key(e, index)
-    best = _usable(e.simple_top, drop)
-    if best is None or (not best.complete and len(best.rows) < k):
+    best = e.simple_top
+    if best is not None and best.dropped is not None and (
+            drop is None or bool((best.dropped & ~drop).any())):
+        # Built without rows this request may use: rebuilt without only what
+        # both leave out (what every request leaves out stays out; the rest,
+        # a rule's hosts that differ from request to request, comes back).
+        both = None if drop is None else best.dropped & drop
+        best = e.simple_top = _best_of(e.simple_ok, key, _keep_count(k), k,
+                                       both if both is not None and both.any() else None)
+    elif best is None or (not best.complete and len(best.rows) < k):
         best = e.simple_top = _best_of(e.simple_ok, key, _keep_count(k), k,
                                        None if best is None else best.dropped)
-        if best is None:
-            return None
+    if best is None:
+        return None
     top = best.rows if drop is None else best.rows[~drop[best.rows]]
     if len(top) < k and not best.complete:
         # The rows this request leaves out crowd the kept ones: hosts every
@@ -373,16 +381,6 @@ def _best_of(ok: BoolArray, key: _KeyOf, keep: int, least: int, drop: BoolArray 
     rows = np.flatnonzero(ok if drop is None else ok & ~drop)
     return _kept(_first(rows, key, keep), len(rows) <= keep, key, keep, least,
                  None if drop is None else drop.copy())
-
-
-def _usable(best: _Best | None, drop: BoolArray | None) -> _Best | None:
-    """`best` if it can answer a request that leaves out `drop`: every row
-    the list was built without is left out by this request too."""
-    if best is None or best.dropped is None:
-        return best
-    if drop is None or bool((best.dropped & ~drop).any()):
-        return None
-    return best
 
 
 def _best_trees(e: _Entry, index: ProviderIndex, drop: BoolArray | None, k: int
