@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,6 +81,7 @@ class Database:
         self._published = threading.Condition()
         self._pool: ThreadPoolExecutor | None = None  # submit() on PostgreSQL
         self._inline: Connection | None = None  # write_now()'s (SQLite, under the lock)
+        self._turn: _Turn | None = None  # written_here()'s open transaction
         self._pool_lock = threading.Lock()
 
     def _setup_sqlite(self, synchronous: str) -> None:
@@ -119,6 +120,7 @@ class Database:
     @contextmanager
     def _write(self, *, lazy: bool = False) -> Iterator[Connection]:
         if self.is_sqlite:
+            self._settle_turn()
             with self._sqlite_write_lock, self.engine.connect() as conn:
                 conn.execution_options(**{_WRITE: True})
                 relax = lazy and self._lazy is not None
@@ -203,6 +205,158 @@ class Database:
         return await self._batcher.submit_awaited(trace.bind("store.job", job), after,
                                                   lazy=lazy)
 
+    async def written_here(self, job: Callable[[Connection], T],
+                           after: Callable[[T], None] | None = None) -> T:
+        """`written`, with the job run at once on the calling event loop when
+        that costs no wait (SQLite, nobody else writing in this process, no
+        other process holding the database's lock); otherwise as `written`.
+
+        Concurrent requests' jobs share one transaction (a turn), each in its
+        own savepoint: a job that raises is rolled back alone, at once, and its
+        caller gets the exception. The turn commits, without waiting for the
+        disk, once as many jobs joined as requests were lately at work at
+        once, or after GATHER_S (as the writer thread gathers); `after` hooks
+        then run on the loop, and each caller is answered once the commit is
+        on the disk (one fsync in the syncer thread for everyone waiting).
+
+        No thread on the write's path: the writer thread, between its
+        statements, waits for the GIL while the loop plans the next requests,
+        and the loop waits for its commits; here the loop plans and writes,
+        and only the fsync is elsewhere."""
+        turn = self._turn_here()
+        if turn is None:
+            return await self.written(job, after)
+        cur = turn.cursor
+        cur.execute("SAVEPOINT strato_job")
+        try:
+            with trace.span("store.job"):
+                result = job(turn.conn)
+        except BaseException:
+            cur.execute("ROLLBACK TO strato_job")
+            cur.execute("RELEASE strato_job")
+            if turn.jobs:
+                # What the others of the turn wrote is not in the caller's
+                # view until their hooks run: a retry now would see the same
+                # (a claim that lost to them would lose again).
+                settled = turn.loop.create_future()
+                turn.settled.append(settled)
+                await settled
+            raise
+        cur.execute("RELEASE strato_job")
+        fut: asyncio.Future[T] = turn.loop.create_future()
+        turn.jobs.append((after, result, fut))
+        if len(turn.jobs) >= self._batcher.wanted() and not turn.ending:
+            # As many as were lately at work at once: commit on the next turn.
+            turn.ending = True
+            turn.loop.call_soon(self._end_turn, turn)
+        return await fut
+
+    def _turn_here(self) -> _Turn | None:
+        """The calling loop's open turn, or a new one: None if that would wait."""
+        turn = self._turn
+        if turn is not None:
+            return turn if turn.thread == threading.get_ident() else None
+        if not self.is_sqlite or self._batcher.busy():
+            return None
+        if not self._sqlite_write_lock.acquire(blocking=False):
+            return None
+        try:
+            conn = self._inline_conn()
+            conn.execution_options(**{_WRITE: True})
+            try:
+                trans = conn.begin()
+            except sa.exc.OperationalError as exc:
+                if not _busy(exc.orig):
+                    raise
+                conn.rollback()
+                conn.execution_options(**{_WRITE: False})
+                self._sqlite_write_lock.release()
+                return None  # another process writes: nothing was done
+            driver = conn.connection.dbapi_connection
+            assert driver is not None
+            cursor = driver.cursor()
+        except BaseException:
+            self._sqlite_write_lock.release()
+            raise
+        loop = asyncio.get_running_loop()
+        turn = self._turn = _Turn(loop, threading.get_ident(), conn, trans, cursor)
+        # Those lately at work at once are waited for this long at most (as
+        # the writer thread's gathering).
+        turn.timer = loop.call_later(_Batcher.GATHER_S, self._end_turn, turn)
+        return turn
+
+    def _inline_conn(self) -> Connection:
+        """With the write lock held: the connection written on in place."""
+        conn = self._inline
+        if conn is None:
+            conn = self._inline = self.engine.connect()
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            # Another process's lock means a wait: leave it to the writer.
+            driver.execute("PRAGMA busy_timeout=0")
+            # Only commits that do not wait for the disk are made here.
+            driver.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    def _end_turn(self, turn: _Turn) -> None:
+        """Commit a turn's transaction; its callers are answered once durable."""
+        if self._turn is not turn:
+            return  # ended already (a write of the loop's own thread)
+        self._turn = None
+        if turn.timer is not None:
+            turn.timer.cancel()
+        error: BaseException | None = None
+        self.publishing(True)
+        try:
+            try:
+                turn.cursor.close()
+                start = time.perf_counter()
+                turn.trans.commit()
+                self.observer.committed(time.perf_counter() - start)
+            except BaseException as exc:
+                error = exc
+                _roll_back(turn)
+            finally:
+                turn.conn.execution_options(**{_WRITE: False})
+                self._sqlite_write_lock.release()
+            if error is None:
+                if self._lazy is not None:
+                    self._lazy.wrote()
+                for after, result, _ in turn.jobs:
+                    _after(after, result)
+        finally:
+            self.publishing(False)
+            for settled in turn.settled:
+                if not settled.done():
+                    settled.set_result(None)
+        waiting = None if error is not None else self.durable_soon(self.lazy_mark())
+        if waiting is None:
+            _answer_turn(turn, error)
+        else:
+            waiting.add_done_callback(lambda w: _answer_turn(turn, w.exception()))
+
+    def _settle_turn(self) -> None:
+        """Before this thread waits for the write lock: a turn of its own
+        running loop is ended (committed) first, or the wait would never end;
+        a turn whose loop is gone is rolled back (nobody was answered); a
+        turn of a loop running elsewhere is left to that loop."""
+        turn = self._turn
+        if turn is None:
+            return
+        alive = turn.loop.is_running() and not turn.loop.is_closed()
+        if alive:
+            if turn.thread == threading.get_ident():
+                self._end_turn(turn)
+            return
+        self._turn = None
+        if turn.timer is not None:
+            turn.timer.cancel()
+        with contextlib.suppress(Exception):
+            turn.cursor.close()
+        _roll_back(turn)
+        turn.conn.execution_options(**{_WRITE: False})
+        self._sqlite_write_lock.release()
+
     @contextmanager
     def expecting(self) -> Iterator[None]:
         """Around a request that will `submit` a write: the writer thread
@@ -239,15 +393,7 @@ class Database:
         if not self._sqlite_write_lock.acquire(blocking=False):
             return False, None
         try:
-            conn = self._inline
-            if conn is None:
-                conn = self._inline = self.engine.connect()
-                driver = conn.connection.driver_connection
-                assert driver is not None
-                # Another process's lock means a wait: leave it to the writer.
-                driver.execute("PRAGMA busy_timeout=0")
-                # Only commits that do not wait for the disk are made here.
-                driver.execute("PRAGMA synchronous=NORMAL")
+            conn = self._inline_conn()
             # The transaction is the driver's own (SQLAlchemy's begin and
             # commit cost more than the ledger's statements): `job` must use
             # the connection's cursor (`store/raw.py`), as the ledger does.
@@ -256,7 +402,7 @@ class Database:
             try:
                 driver.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED):
+                if _busy(exc):
                     return False, None  # another process writes: nothing was done
                 raise
             try:
@@ -325,6 +471,7 @@ class Database:
         if pool is not None:
             pool.shutdown(wait=True)
         self._batcher.close()
+        self._settle_turn()
         with self._sqlite_write_lock:
             inline, self._inline = self._inline, None
         if inline is not None:
@@ -334,6 +481,12 @@ class Database:
 
 T = TypeVar("T")
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # primary result codes
+
+
+def _busy(exc: BaseException | None) -> bool:
+    """A SQLite error that says another connection holds the lock."""
+    code = getattr(exc, "sqlite_errorcode", 0) or 0
+    return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
 
 
 def release_memory(conn: Connection) -> None:
@@ -560,6 +713,45 @@ def _after(hook: Callable[[Any], None] | None, result: Any) -> None:
 
 
 @dataclass(slots=True)
+class _Turn:
+    """One event loop turn's write transaction (`Database.written_here`)."""
+    loop: asyncio.AbstractEventLoop
+    thread: int
+    conn: Connection
+    trans: Any
+    cursor: Any
+    # Each job's post-commit hook, result, and its caller's future.
+    jobs: list[tuple[Callable[[Any], None] | None, Any, asyncio.Future[Any]]] = field(
+        default_factory=list)
+    ending: bool = False  # its commit is on the loop's next turn
+    # Callers whose job failed, waiting for the others' hooks to have run.
+    settled: list[asyncio.Future[None]] = field(default_factory=list)
+    timer: asyncio.TimerHandle | None = None
+
+
+def _roll_back(turn: _Turn) -> None:
+    """A turn's transaction, rolled back: SQLite keeps a transaction whose
+    COMMIT failed (a deferred constraint) open, holding the lock."""
+    with contextlib.suppress(Exception):
+        turn.trans.rollback()
+    with contextlib.suppress(Exception):
+        turn.conn.rollback()
+    driver = turn.conn.connection.dbapi_connection
+    if driver is not None and getattr(driver, "in_transaction", False):
+        driver.rollback()
+
+
+def _answer_turn(turn: _Turn, error: BaseException | None) -> None:
+    for _, result, fut in turn.jobs:
+        if fut.done():
+            continue  # its caller stopped waiting: the job stands all the same
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)
+
+
+@dataclass(slots=True)
 class _Slot:
     job: Callable[[Connection], Any]
     after: Callable[[Any], None] | None = None
@@ -664,6 +856,12 @@ class _Batcher:
                                                 name="strato-writer")
                 self._writer.start()
             self._cv.notify_all()
+
+    def wanted(self) -> int:
+        """How many jobs a batch gathers now (the most requests lately at
+        work at once, within MAX_BATCH)."""
+        with self._cv:
+            return min(self.MAX_BATCH, self._peak())
 
     def busy(self) -> bool:
         """A batch is running or jobs wait for one."""

@@ -501,7 +501,7 @@ class LocalScheduler:
         start = time.perf_counter()
         with trace.span("strato.claim", consumers=len(req.consumers), retries=retries):
             job, applied, answer = self._claim_job(req, plan, retries)
-            replay = await self.db.written(job, applied)
+            replay = await self.db.written_here(job, applied)
         self.observer.claimed(time.perf_counter() - start)
         return self._claimed(req, replay, answer)
 

@@ -457,3 +457,187 @@ def test_an_event_loop_waits_for_the_disk_without_a_thread_per_waiter(db: Databa
     # The syncer thread lived through both: the next waiter is served.
     lazy._fsync = real_fsync  # type: ignore[method-assign]
     asyncio.run(wait_for(101))
+
+
+# -- written_here: an event loop's own writes, one transaction per wave ------------
+
+
+async def _wave(db: Database, jobs: list[Callable[[Connection], int]],
+                after: Callable[[int], None] | None = None) -> list[int | BaseException]:
+    """Requests at work at once (each inside `expecting`, as the scheduler's
+    are), each writing its job on the loop once all have started."""
+    started = asyncio.Event()
+
+    async def one(job: Callable[[Connection], int]) -> int:
+        with db.expecting():
+            await started.wait()
+            return await db.written_here(job, after)
+    tasks = [asyncio.create_task(one(j)) for j in jobs]
+    await asyncio.sleep(0)
+    started.set()
+    return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+
+def test_a_wave_of_loop_writes_shares_one_commit_and_is_answered_once_durable(
+        db: Database) -> None:
+    """`written_here`: the jobs of requests at work at once run on the loop's
+    thread, in one transaction; a job that fails is rolled back alone; the
+    post-commit hooks run on the loop after the commit; every caller is
+    answered only once an fsync that began after the commit has ended; no
+    writer thread is involved."""
+    commits = _Commits()
+    db.observer = commits
+    fsyncs = _slow_counted_fsyncs(db)
+    threads: set[int] = set()
+    hooked: list[int] = []
+
+    def job(k: int) -> Callable[[Connection], int]:
+        inner = insert(k)
+
+        def run(conn: Connection) -> int:
+            threads.add(threading.get_ident())
+            return inner(conn)
+        return run
+
+    def hook(k: int) -> None:
+        threads.add(threading.get_ident())
+        hooked.append(k)
+        assert k in stored(db)  # committed before its hook runs
+
+    async def main() -> list[int | BaseException]:
+        got = await _wave(db, [job(k) for k in (1, 2, -3, 4, 5)], hook)
+        # Answered after an fsync that covers the commit.
+        assert fsyncs and max(fsyncs) >= db.lazy_mark() >= 1
+        return got
+
+    got = asyncio.run(main())
+    assert got[:2] == [1, 2] and got[3:] == [4, 5]
+    assert isinstance(got[2], ValueError)
+    assert stored(db) == {1, 2, 4, 5}
+    assert sorted(hooked) == [1, 2, 4, 5]
+    assert commits.count == 1
+    assert threads == {threading.get_ident()}  # asyncio.run's loop runs here
+    assert db._batcher._writer is None
+
+
+def test_a_loop_write_that_would_wait_goes_to_the_writer_thread(
+        db: Database, tmp_path: Path) -> None:
+    """Another process holds the database's lock, or this process's writer
+    thread is at work: the job is not run on the loop (that would block it)
+    but submitted, and answered once the lock is free."""
+    other = sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None,
+                            check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.2, lambda: other.execute("ROLLBACK")).start()
+
+    async def main() -> tuple[int, float]:
+        loop = asyncio.get_running_loop()
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+        ticker = loop.create_task(tick())
+        t0 = time.perf_counter()
+        got = await db.written_here(insert(1))
+        ticker.cancel()
+        assert ticks >= 5  # the loop went on meanwhile
+        return got, time.perf_counter() - t0
+
+    got, waited = asyncio.run(main())
+    other.close()
+    assert got == 1 and waited >= 0.15
+    assert db._batcher._writer is not None
+    assert stored(db) == {1}
+
+
+def test_a_blocking_write_on_the_loops_thread_ends_its_open_turn_first(
+        db: Database) -> None:
+    """A turn holds the write lock until it commits: a plain `write()` made
+    on the loop's own thread meanwhile commits the turn first instead of
+    waiting for it forever; a turn whose loop has gone is rolled back."""
+    async def main() -> int:
+        with db.expecting(), db.expecting():  # two at work: the turn waits for a second
+            waiting = asyncio.create_task(db.written_here(insert(1)))
+            await asyncio.sleep(0)
+            assert db._turn is not None
+            with db.write() as conn:  # would deadlock without ending the turn
+                conn.execute(sa.insert(ROWS).values(k=2))
+            assert db._turn is None
+            return await waiting
+
+    assert asyncio.run(main()) == 1
+    assert stored(db) == {1, 2}
+
+    # A loop that stops with a turn open (its timer never ran): rolled back.
+    loop = asyncio.new_event_loop()
+
+    async def left_open() -> None:
+        with db.expecting(), db.expecting():
+            task = asyncio.create_task(db.written_here(insert(3)))
+            await asyncio.sleep(0)
+            task.cancel()
+    loop.run_until_complete(left_open())
+    loop.close()
+    assert db._turn is not None
+    with db.write() as conn:
+        conn.execute(sa.insert(ROWS).values(k=4))
+    assert stored(db) == {1, 2, 4}
+
+
+def test_a_turn_whose_commit_fails_fails_every_job_and_frees_the_lock(
+        tmp_path: Path) -> None:
+    """A deferred constraint fails at the commit: every job of the turn gets
+    the error, no hook runs, nothing is stored, and the next write works."""
+    db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    try:
+        with db.write() as conn:
+            conn.exec_driver_sql("CREATE TABLE p (k INTEGER PRIMARY KEY)")
+            conn.exec_driver_sql(
+                "CREATE TABLE t (k INTEGER PRIMARY KEY, p INTEGER REFERENCES p (k) "
+                "DEFERRABLE INITIALLY DEFERRED)")
+        hooked: list[int] = []
+
+        def job(k: int, parent: int) -> Callable[[Connection], int]:
+            def run(conn: Connection) -> int:
+                conn.exec_driver_sql(f"INSERT INTO t (k, p) VALUES ({k}, {parent})")
+                return k
+            return run
+        got = asyncio.run(_wave(db, [job(1, 0), job(2, 99), job(3, 0)], hooked.append))
+        assert all(isinstance(g, sa.exc.IntegrityError) for g in got), got
+        assert hooked == []
+        with db.write() as conn:
+            conn.exec_driver_sql("INSERT INTO p (k) VALUES (0)")
+        assert asyncio.run(_wave(db, [job(1, 0)], hooked.append)) == [1]
+        assert hooked == [1]
+    finally:
+        db.dispose()
+
+
+def test_a_job_that_fails_in_a_turn_is_answered_once_the_others_hooks_ran(
+        db: Database) -> None:
+    """A claim that lost to another of its turn (capacity moved) is retried
+    on a view that has the other's write: its caller hears of the failure
+    only after the turn's post-commit hooks ran."""
+    hooked: list[int] = []
+    seen: list[list[int]] = []
+
+    async def main() -> None:
+        started = asyncio.Event()
+
+        async def one(k: int) -> None:
+            with db.expecting():
+                await started.wait()
+                try:
+                    await db.written_here(insert(k), hooked.append)
+                except ValueError:
+                    seen.append(list(hooked))
+        tasks = [asyncio.create_task(one(k)) for k in (1, -2)]
+        await asyncio.sleep(0)
+        started.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert seen == [[1]]
