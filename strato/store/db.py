@@ -296,7 +296,23 @@ class Database:
             driver.execute("PRAGMA busy_timeout=0")
             # Only commits that do not wait for the disk are made here.
             driver.execute("PRAGMA synchronous=NORMAL")
+            if self._lazy is not None:
+                # A checkpoint copies pages to the database file and syncs
+                # it: not on an event loop. The syncer thread makes them.
+                driver.execute("PRAGMA wal_autocheckpoint=0")
         return conn
+
+    def checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file, as far as
+        readers allow, without waiting for anyone (SQLite PASSIVE; nothing
+        elsewhere). The syncer thread calls it after its syncs: the event
+        loop's own commits never checkpoint."""
+        if not self.is_sqlite:
+            return
+        with self.engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            driver.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _end_turn(self, turn: _Turn) -> None:
         """Commit a turn's transaction; its callers are answered once durable."""
@@ -590,6 +606,10 @@ class _LazySync:
                     return
             time.sleep(LAZY_SYNC_S)
             self.sync()
+            try:
+                self._db.checkpoint()
+            except Exception:
+                log.exception("could not checkpoint %s", self._db.engine.url.database)
 
     def sync(self) -> None:
         with self._cv:

@@ -641,3 +641,31 @@ def test_a_job_that_fails_in_a_turn_is_answered_once_the_others_hooks_ran(
 
     asyncio.run(main())
     assert seen == [[1]]
+
+
+def test_the_loops_own_commits_are_checkpointed_by_the_syncer_thread(db: Database) -> None:
+    """A checkpoint writes the database file and syncs it: never on the
+    thread that commits in place (an event loop); the syncer thread copies
+    what those commits left in the WAL."""
+    main = Path(str(db.engine.url.database))
+    before = main.stat().st_size
+    threads: list[int] = []
+    real = db.checkpoint
+
+    def counted() -> None:
+        threads.append(threading.get_ident())
+        real()
+    db.checkpoint = counted  # type: ignore[method-assign]
+    for k in range(3000):  # past SQLite's automatic checkpoint (1,000 pages)
+        assert db.write_now(raw_insert(k), lazy=True)[0]
+    inline = db._inline
+    assert inline is not None
+    driver = inline.connection.driver_connection
+    assert driver is not None
+    assert driver.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    deadline = time.monotonic() + 5
+    while main.stat().st_size == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert main.stat().st_size > before
+    assert threads and threading.get_ident() not in threads
+    assert len(stored(db)) == 3000
