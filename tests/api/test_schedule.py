@@ -394,18 +394,28 @@ def test_placement_writes_reach_the_index_without_a_read(client: TestClient) -> 
     assert used(client, rp) == 4
 
 
-def test_placement_writes_commit_in_the_writer_thread_never_on_the_loop(
+def test_placement_writes_never_wait_for_the_disk_on_the_loop(
         client: TestClient, sqlite_database: Database) -> None:
-    """PUT and DELETE /allocations commit in the database's writer thread (an
-    fsync with SQLite FULL): never on the event loop, where a slow disk would
-    stall every request the zone serves."""
+    """PUT and DELETE /allocations never fsync on the event loop, where a slow
+    disk would stall every request the zone serves: they commit there
+    without waiting for the disk (or in the writer thread), and each is
+    answered only once an fsync in the syncer thread has it."""
     import threading
 
     from strato.observe import Observer
 
     assert sqlite_database.fsyncs
+    lazy = sqlite_database._lazy
+    assert lazy is not None
     rp = host(client, "h1", vcpu=4)
     where: list[str] = []
+    fsyncs: list[str] = []
+    real = lazy._fsync
+
+    def fsync() -> bool:
+        fsyncs.append(threading.current_thread().name)
+        return real()
+    lazy._fsync = fsync  # type: ignore[method-assign]
 
     class Where(Observer):
         def committed(self, seconds: float) -> None:
@@ -417,6 +427,16 @@ def test_placement_writes_commit_in_the_writer_thread_never_on_the_loop(
             "allocations": {rp: {"resources": {"VCPU": vcpu}}}, "project_id": "p",
             "user_id": "u", "consumer_generation": gen, "consumer_type": "INSTANCE"})
         assert r.status_code == 204, r.text
+        assert lazy._synced >= lazy.written >= 1  # on the disk before the answer
     assert client.delete(f"/allocations/{consumer}").status_code == 204
-    assert where == ["strato-writer"] * 3
+    assert lazy._synced >= lazy.written
+    assert len(where) == 3
+    inline = sqlite_database._inline
+    if any(name != "strato-writer" for name in where):
+        # Committed on the loop: only by the connection that never waits.
+        assert inline is not None
+        driver = inline.connection.driver_connection
+        assert driver is not None
+        assert driver.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert fsyncs and all(name.startswith("strato-") for name in fsyncs)
     assert used(client, rp) == 0

@@ -350,14 +350,14 @@ async def create_allocations(request: Request) -> Response:
 
 async def _write_here(request: Request, claims: list[store.ConsumerClaim], *,
                       release: bool = False) -> bool:
-    """Write `claims` here, in the writer thread's next group commit (with the
-    claims and releases waiting: one transaction and one fsync for all of
-    them on SQLite; on PostgreSQL a pool thread), never on the event loop;
-    the scheduler's index takes what moved without reading it back. A
-    `release` of a consumer that holds nothing here writes nothing and
-    answers False."""
+    """Write `claims` here, with the claims and releases of requests at work
+    at once (SQLite: on the event loop, one transaction and one fsync for all
+    of them, or in the writer thread's group commit when something else
+    writes, see `Database.written_here`; PostgreSQL: a pool thread); the
+    scheduler's index takes what moved without reading it back. A `release`
+    of a consumer that holds nothing here writes nothing and answers False."""
     job, applied = request.app.state.scheduler.write_job(claims, release=release)
-    done: bool = await deps.db(request).written(job, applied)
+    done: bool = await deps.db(request).written_here(job, applied)
     return done
 
 
