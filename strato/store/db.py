@@ -354,8 +354,9 @@ class Database:
     def _settle_turn(self) -> None:
         """Before this thread waits for the write lock: a turn of its own
         running loop is ended (committed) first, or the wait would never end;
-        a turn whose loop is gone is rolled back (nobody was answered); a
-        turn of a loop running elsewhere is left to that loop."""
+        a turn of a loop running elsewhere is committed by that loop at once,
+        not at the end of its gathering; a turn whose loop is gone is rolled
+        back (nobody was answered)."""
         turn = self._turn
         if turn is None:
             return
@@ -363,6 +364,9 @@ class Database:
         if alive:
             if turn.thread == threading.get_ident():
                 self._end_turn(turn)
+            else:
+                with contextlib.suppress(RuntimeError):  # closed meanwhile
+                    turn.loop.call_soon_threadsafe(self._end_turn, turn)
             return
         self._turn = None
         if turn.timer is not None:

@@ -669,3 +669,31 @@ def test_the_loops_own_commits_are_checkpointed_by_the_syncer_thread(db: Databas
     assert main.stat().st_size > before
     assert threads and threading.get_ident() not in threads
     assert len(stored(db)) == 3000
+
+
+def test_a_thread_that_waits_for_the_lock_has_the_loops_turn_committed_at_once(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn gathering for requests that may not come holds the write lock:
+    a thread that needs it (the writer, a worker's write) has the loop commit
+    the turn now rather than at the end of the gathering."""
+    monkeypatch.setattr(_Batcher, "GATHER_S", 5.0)
+    opened = threading.Event()
+    got: list[int] = []
+
+    async def main() -> None:
+        with db.expecting(), db.expecting():  # two at work: the turn waits for a second
+            waiting = asyncio.create_task(db.written_here(insert(1)))
+            await asyncio.sleep(0)
+            assert db._turn is not None
+            opened.set()
+            got.append(await waiting)
+    loop_thread = threading.Thread(target=asyncio.run, args=(main(),))
+    loop_thread.start()
+    assert opened.wait(5)
+    t0 = time.perf_counter()
+    with db.write() as conn:
+        conn.execute(sa.insert(ROWS).values(k=2))
+    assert time.perf_counter() - t0 < 2.0
+    loop_thread.join(10)
+    assert got == [1]
+    assert stored(db) == {1, 2}
