@@ -82,6 +82,9 @@ class Database:
         self._pool: ThreadPoolExecutor | None = None  # submit() on PostgreSQL
         self._inline: Connection | None = None  # write_now()'s (SQLite, under the lock)
         self._turn: _Turn | None = None  # written_here()'s open transaction
+        # Threads blocked on the write lock: no new turn takes it before them.
+        self._lock_waiters = 0
+        self._lock_waiters_lock = threading.Lock()
         self._pool_lock = threading.Lock()
 
     def _setup_sqlite(self, synchronous: str) -> None:
@@ -121,7 +124,12 @@ class Database:
     def _write(self, *, lazy: bool = False) -> Iterator[Connection]:
         if self.is_sqlite:
             self._settle_turn()
-            with self._sqlite_write_lock, self.engine.connect() as conn:
+            self._lock_waiting(+1)
+            try:
+                self._sqlite_write_lock.acquire()
+            finally:
+                self._lock_waiting(-1)
+            with _held(self._sqlite_write_lock), self.engine.connect() as conn:
                 conn.execution_options(**{_WRITE: True})
                 relax = lazy and self._lazy is not None
                 if relax:
@@ -256,7 +264,7 @@ class Database:
         turn = self._turn
         if turn is not None:
             return turn if turn.thread == threading.get_ident() else None
-        if not self.is_sqlite or self._batcher.busy():
+        if not self.is_sqlite or self._batcher.busy() or self._lock_waiters:
             return None
         if not self._sqlite_write_lock.acquire(blocking=False):
             return None
@@ -301,6 +309,10 @@ class Database:
                 # it: not on an event loop. The syncer thread makes them.
                 driver.execute("PRAGMA wal_autocheckpoint=0")
         return conn
+
+    def _lock_waiting(self, delta: int) -> None:
+        with self._lock_waiters_lock:
+            self._lock_waiters += delta
 
     def checkpoint(self) -> None:
         """Copy the WAL's committed pages into the database file, as far as
@@ -501,6 +513,15 @@ class Database:
 
 T = TypeVar("T")
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # primary result codes
+
+
+@contextmanager
+def _held(lock: threading.Lock) -> Iterator[None]:
+    """Release an acquired `lock` on the way out."""
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _busy(exc: BaseException | None) -> bool:

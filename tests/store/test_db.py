@@ -697,3 +697,18 @@ def test_a_thread_that_waits_for_the_lock_has_the_loops_turn_committed_at_once(
     loop_thread.join(10)
     assert got == [1]
     assert stored(db) == {1, 2}
+
+
+def test_no_new_turn_takes_the_lock_before_a_thread_that_waits_for_it(
+        db: Database) -> None:
+    """A thread blocked on the write lock is not overtaken by the loop's next
+    turn (a lock has no queue): while one waits, the loop's jobs go to the
+    writer thread, which queues behind it."""
+    db._lock_waiting(+1)
+    try:
+        assert asyncio.run(db.written_here(insert(1))) == 1
+        assert db._batcher._writer is not None
+    finally:
+        db._lock_waiting(-1)
+    assert db._lock_waiters == 0
+    assert stored(db) == {1}
