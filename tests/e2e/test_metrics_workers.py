@@ -53,12 +53,17 @@ def test_metrics_are_summed_over_the_workers(pg_db_url: str, tmp_path: Path) -> 
 
 def _pids(url: str, seconds: float = 60.0) -> set[int]:
     """Worker pids answering /healthz on new connections, until two did or
-    `seconds` passed."""
+    `seconds` passed. A connection reset while the second worker starts (one
+    in about twenty runs under a full suite's load) is asked again: what
+    this test checks is the metrics of two workers once both serve."""
     pids: set[int] = set()
     deadline = time.monotonic() + seconds
     while len(pids) < 2 and time.monotonic() < deadline:
-        with httpx.Client(base_url=url, timeout=30) as c:
-            pids.add(c.get("/healthz").json()["pid"])
+        try:
+            with httpx.Client(base_url=url, timeout=30) as c:
+                pids.add(c.get("/healthz").json()["pid"])
+        except httpx.TransportError:
+            pass
         if len(pids) < 2:
             time.sleep(0.05)
     return pids
