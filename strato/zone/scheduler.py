@@ -284,8 +284,10 @@ class LocalScheduler:
     async def schedule_async(self, req: ScheduleRequest) -> dict[str, Any]:
         """schedule() for an event loop on SQLite: plans in the caller's thread
         (the loop: planning is CPU under the GIL, a worker thread would only add
-        a hop and contend) and awaits the claim's commit in the database's
-        writer thread, so the loop plans the next request meanwhile."""
+        a hop and contend) and writes the claim there too, in one transaction
+        with the claims of the requests at work at once; the loop plans the
+        next requests while it waits for that commit to reach the disk
+        (`Database.written_here`)."""
         found = self._start(req)
         if found is not None:
             return found
