@@ -583,6 +583,10 @@ def serve(
                                 port=port, workers=workers, log_config=log_config,
                                 access_log=access_log, http=GuardedHttp,
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                                # A worker busy starting (its index) or serving
+                                # answers the supervisor's ping late: killed
+                                # after uvicorn's 5 s, its connections reset.
+                                timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
                                 limit_concurrency=limits.max_connections,
                                 **(tls.server_options() if tls else {}))
     else:
@@ -623,6 +627,8 @@ def _listen_and_serve(config: Any, serving: str) -> None:
 # deadline of --request-timeout (30 s); one cut off is undone, by its own
 # worker or by recovery at the next start, and its caller retries.
 GRACEFUL_SHUTDOWN_S = 5
+# How long a --workers worker may take to answer its supervisor's health ping.
+WORKER_HEALTHCHECK_S = 30
 
 
 def app_from_env() -> FastAPI:
