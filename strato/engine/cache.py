@@ -321,7 +321,7 @@ def _renewed(best: _Best | None, changed: npt.NDArray[np.int64], ok: BoolArray,
     is below the floor, as before. None once nothing is left to tell by."""
     if best is None or not len(changed):
         return best
-    stay = best.rows[~np.isin(best.rows, changed)]
+    stay = best.rows[~_among(best.rows, changed)]
     fresh = changed[ok[changed]]
     if best.dropped is not None:
         fresh = fresh[~best.dropped[fresh]]
@@ -336,6 +336,17 @@ def _renewed(best: _Best | None, changed: npt.NDArray[np.int64], ok: BoolArray,
     else:
         rows = _in_order(np.concatenate([stay, fresh]), key)
     return _kept(rows, best.complete, key, keep, 1, best.dropped)
+
+
+def _among(rows: npt.NDArray[np.int64], changed: npt.NDArray[np.int64]) -> BoolArray:
+    """np.isin(rows, changed): for the few rows a wave of claims changes, one
+    comparison per changed row (np.isin sorts, ~15 µs however small)."""
+    if len(changed) > 8:
+        return np.isin(rows, changed)
+    hit = rows == changed[0]
+    for c in changed[1:]:
+        hit |= rows == c
+    return hit
 
 
 def _keep_count(k: int) -> int:
