@@ -32,6 +32,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl
 
+import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -43,7 +44,7 @@ from strato.api.responses import REQUEST_ID_KEY, strato_error_response
 from strato.api.routes import allocations as allocation_routes
 from strato.model import errors
 from strato.store import allocations, providers
-from strato.zone import subtree, writes
+from strato.zone import split, subtree, writes
 
 _ITEM = re.compile(r"^/resource_providers/([0-9a-fA-F-]{32,36})"
                    r"(?:/(?:inventories(?:/[A-Z0-9_]{1,255})?|traits|aggregates|usages|"
@@ -60,6 +61,9 @@ class ProvidersBelow:
     def __init__(self, app: ASGIApp, state: Any) -> None:
         self.app = app
         self.state = state
+        # One allocations write per consumer at a time through this zone, from
+        # the look for it elsewhere to the write (`_refuse_elsewhere`).
+        self._consumer_locks = split.GroupLocks()
 
     @property
     def owners(self) -> subtree.Owners:
@@ -144,9 +148,9 @@ class ProvidersBelow:
             await _replay(status, headers, answer, scope, receive, send)
             return
         try:
-            parsed = json.loads(body) if body else None
-        except ValueError:
-            await _replay(status, headers, answer, scope, receive, send)
+            parsed = _json_body(scope, body) if body else None
+        except errors.StratoError as exc:  # 415 or 400, as this zone's own route
+            await strato_error_response(exc, rid)(scope, receive, send)
             return
         query = scope.get("query_string", b"").decode("latin-1")
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
@@ -185,10 +189,10 @@ class ProvidersBelow:
         if status not in (200, 201, 204):
             await _replay(status, headers, answer, scope, receive, send)
             return
-        try:
-            parsed = json.loads(body) if body else None
-        except ValueError:
-            parsed = None
+        # This zone's route accepted the call: a body it ignored (Placement
+        # ignores the body of PUT /traits/{name} and, from 1.7, of PUT
+        # /resource_classes/{name}) is not sent on.
+        parsed = _parsed_or_none(body) if body else None
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         missing = await subtree.tell_children(self.state.tree, scope["method"], scope["path"],
                                               parsed, version)
@@ -253,10 +257,13 @@ class ProvidersBelow:
         except errors.StratoError as exc:
             await strato_error_response(exc, rid)(scope, receive, send)
             return
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
+        claims = _valid_claims(scope, raw)
+        if claims is None:
+            # Bad input (media type, JSON, schema): this zone's route says so
+            # (its 415 or 400) before anything is sent below.
+            await self.app(scope, replay_body(raw, receive), send)
+            return
+        body = orjson.loads(raw)
         try:
             named = subtree.named_providers(body)
         except (AttributeError, TypeError, ValueError):
@@ -290,19 +297,62 @@ class ProvidersBelow:
                 # In no zone: this zone's route says so, as Placement does.
                 await self.app(scope, replay_body(raw, receive), send)
                 return
-            if here or owner.child is None:
-                await self._across(scope, body, here)
-                await Response(status_code=204)(scope, receive, send)
-                return
-            reply = await subtree.send_to(tree, owner.child, scope["method"], scope["path"],
-                                          body, version, "a provider of these allocations")
-            if reply.status == 204:
-                for c in _consumers(scope["path"], body):
-                    tree.consumer_zones.learn(c, owner.child.name)
+            target = None if here or owner.child is None else owner.child.name
+            async with self._consumer_locks.hold([c.consumer_uuid for c in claims]):
+                await self._refuse_elsewhere(claims, target)
+                if target is None:
+                    await self._across(scope, body, here)
+                    await Response(status_code=204)(scope, receive, send)
+                    return
+                assert owner.child is not None
+                reply = await subtree.send_to(tree, owner.child, scope["method"],
+                                              scope["path"], body, version,
+                                              "a provider of these allocations")
+                if reply.status == 204:
+                    for c in _consumers(scope["path"], body):
+                        tree.consumer_zones.learn(c, owner.child.name)
         except errors.StratoError as exc:
             await strato_error_response(exc, rid)(scope, receive, send)
             return
         await _answer(reply, scope, receive, send)
+
+    async def _refuse_elsewhere(self, claims: list[allocations.ConsumerClaim],
+                                target: str | None) -> None:
+        """Refuse a write that would leave a consumer allocated in two zones:
+        one that has allocations in another zone than `target` (the child the
+        write goes to; None: a write across zones, which makes new consumers
+        only) may not get allocations in `target`. A new consumer (generation
+        null) found elsewhere is a 409, as Placement answers for a consumer
+        that exists; an existing one is a 400: it is changed where it is.
+        Children that cannot be asked are not waited for (a dead child never
+        stops writes elsewhere): the consumer is looked for where it can be."""
+        for claim in claims:
+            if not claim.allocations:
+                continue  # a release: made where the consumer is
+            c = claim.consumer_uuid
+            where: str | None = None
+            if await self._generation_here(c) is not None:
+                where = self.state.tree.config.name
+            else:
+                try:
+                    found = await subtree.find_consumer(self.state.tree, c)
+                except errors.ServiceUnavailable:
+                    found = None
+                if found is not None and found.child.name != target:
+                    where = f"zone {found.child.name}"
+            if where is None:
+                continue
+            if where == self.state.tree.config.name:
+                where = "this zone"
+            if claim.generation is None:
+                raise errors.Conflict(
+                    f"consumer generation conflict - consumer {c} already has allocations "
+                    f"in {where}: a new consumer (consumer_generation null) must not exist",
+                    errors.CONCURRENT_UPDATE)
+            raise errors.BadRequest(
+                f"consumer {c} has its allocations in {where}: an existing consumer is "
+                "changed where it is (remove its allocations there first to place it "
+                "elsewhere)")
 
     async def _across(self, scope: Scope, body: Any, here: set[str]) -> None:
         """A write naming providers of several zones (this one's and its
@@ -402,6 +452,49 @@ class ProvidersBelow:
                 own["resource_providers"].append(p)
         content = json.dumps(own).encode() if below else body
         await _rewritten(headers, content, missing, send)
+
+
+def _json_body(scope: Scope, raw: bytes) -> Any:
+    """A write's JSON body, read as this zone's own routes read it: 415
+    without a JSON media type, 400 if it is not strict JSON (no NaN, no
+    integers past 64 bits, nesting bounded)."""
+    media = _media_type(scope)
+    if media != "application/json":
+        raise errors.UnsupportedMediaType(
+            f"The media type {media or 'None'} is not supported, use application/json")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise errors.BadRequest(f"Malformed JSON: {exc}") from None
+
+
+def _media_type(scope: Scope) -> str:
+    for k, v in scope.get("headers", []):
+        if k.lower() == b"content-type":
+            return str(v.decode("latin-1").split(";")[0].strip().lower())
+    return ""
+
+
+def _parsed_or_none(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _valid_claims(scope: Scope, raw: bytes) -> list[allocations.ConsumerClaim] | None:
+    """The claims of an allocations write, validated as this zone's route
+    validates them (media type, strict JSON, the body's schema at the
+    client's microversion); None when the route would refuse it."""
+    found = scope.get(microversion.SCOPE_KEY)
+    v = found if isinstance(found, microversion.Version) else microversion.MIN_VERSION
+    consumer = _CONSUMER.match(scope["path"])
+    try:
+        body = _json_body(scope, raw)
+        return allocation_routes.claims_of(
+            body, v, allocation_routes.canonical_uuid(consumer.group(1)) if consumer else None)
+    except (errors.StratoError, ValueError):
+        return None
 
 
 async def _rewritten(headers: list[tuple[bytes, bytes]], content: bytes, missing: list[str],

@@ -387,3 +387,99 @@ def test_candidates_ask_only_the_cells_that_can_rank(tmp_path: Path) -> None:
         r = await root.get("/allocation_candidates?resources=VCPU:2")
         assert len(r.json()["allocation_requests"]) == 8 and len(calls) == 2
     run(tmp_path, scenario)
+
+
+async def _uuid_of(root: Any, name: str) -> str:
+    r = await root.get(f"/resource_providers?name={name}")
+    return str(r.json()["resource_providers"][0]["uuid"])
+
+
+def test_a_consumer_is_never_given_allocations_in_two_cells(tmp_path: Path) -> None:
+    """Each cell checks consumer generations against its own consumers only:
+    the root refuses a write that would give a consumer of one cell
+    allocations in another (409 for a new one, 400 for a move), also when two
+    such writes come at once."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        h136 = {V: "placement 1.36"}
+        d, o = await _uuid_of(root, "dfw-h0"), await _uuid_of(root, "ord-h0")
+
+        def put(c: str, rp: str, gen: int | None) -> Any:
+            return root.put(f"/allocations/{c}", headers=h136, json={
+                "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                "user_id": "u", "consumer_generation": gen})
+        c = str(uuid.uuid4())
+        assert (await put(c, d, None)).status_code == 204
+        zt(tree, "global").consumer_zones.forget(c)  # as after a restart
+        r = await put(c, o, None)
+        assert r.status_code == 409 and "zone dfw" in r.text, r.text
+        assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
+        r = await put(c, o, 1)
+        assert r.status_code == 400 and "changed where it is" in r.text, r.text
+        r = await root.post("/allocations", headers=h136, json={c: {
+            "allocations": {o: {"resources": {"VCPU": 1}}}, "project_id": "p",
+            "user_id": "u", "consumer_generation": None}})
+        assert r.status_code == 409, r.text
+        assert await used(tree, "ord") == 0 and await used(tree, "dfw") == 1
+        # Changed where it is: fine.
+        assert (await put(c, d, 1)).status_code == 204
+        # Two writes of one new consumer into two cells at once: one is made.
+        for _ in range(3):
+            c = str(uuid.uuid4())
+            got = await asyncio.gather(put(c, d, None), put(c, o, None))
+            assert sorted(r.status_code for r in got) == [204, 409], [r.text for r in got]
+        assert await used(tree, "dfw") + await used(tree, "ord") == 1 + 3
+    run(tmp_path, scenario)
+
+
+def test_bad_allocation_bodies_at_the_root_get_the_routes_answer(tmp_path: Path) -> None:
+    """A write for providers below is read as the root's own route reads it
+    (415, 400) before anything is sent below: never a 500, nothing written."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        d = await _uuid_of(root, "dfw-h0")
+        c = str(uuid.uuid4())
+        ok = ('{"allocations": {"%s": {"resources": {"VCPU": %s}}}, "project_id": "p", '
+              '"user_id": "u", "consumer_generation": null}')
+        json_h = {V: "placement 1.36", "content-type": "application/json"}
+        for ctype in ("text/plain", "application/xml"):
+            r = await root.put(f"/allocations/{c}", content=ok % (d, "1"),
+                               headers={**json_h, "content-type": ctype})
+            assert r.status_code == 415, r.text
+            one = ok % (d, "1")
+            r = await root.post("/allocations", content=f'{{"{c}": {one}}}',
+                                headers={**json_h, "content-type": ctype})
+            assert r.status_code == 415, r.text
+        for amount in ("Infinity", "NaN", str(2**64), "1e400"):
+            r = await root.put(f"/allocations/{c}", content=ok % (d, amount), headers=json_h)
+            assert r.status_code == 400, (amount, r.text)
+        r = await root.put(f"/allocations/{c}", content="[" * 10_000 + "]" * 10_000,
+                           headers=json_h)
+        assert r.status_code == 400, r.text
+        assert await used(tree, "dfw") == 0
+        # A provider write below with a body that is not JSON: 415 / 400.
+        r = await root.put(f"/resource_providers/{d}/traits", content="x" * 10,
+                           headers={**json_h, "content-type": "text/plain"})
+        assert r.status_code == 415, r.text
+        r = await root.put(f"/resource_providers/{d}/traits", content="[" * 5000,
+                           headers=json_h)
+        assert r.status_code == 400, r.text
+    run(tmp_path, scenario)
+
+
+def test_a_body_placement_ignores_on_registry_puts_is_not_sent_below(tmp_path: Path
+                                                                      ) -> None:
+    """PUT /traits/{name} and PUT /resource_classes/{name} (1.7+) ignore their
+    body: one that is not JSON neither fails the call nor leaves the name made
+    at the root but not in its cells."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        for i, junk in enumerate(('{"x": "\\ud800"}', "[" * 5000, "not json")):
+            for path in (f"/traits/CUSTOM_JUNK{i}", f"/resource_classes/CUSTOM_JUNK{i}"):
+                r = await root.put(path, content=junk, headers={
+                    V: "placement 1.7", "content-type": "application/json"})
+                assert r.status_code in (201, 204), (path, r.text)
+                for cell in ("dfw", "ord"):
+                    r = await tree.client(cell).get(path, headers={V: "placement 1.7"})
+                    assert r.status_code in (200, 204), (cell, path, r.text)
+    run(tmp_path, scenario)
