@@ -78,11 +78,15 @@ class Health:
     last_ok: float | None = None
     next_probe: float = 0.0
     quarantined_until: float = 0.0
+    # Its last failure was a timeout: likely hung (paused, cut off), so a
+    # caller short of time does not wait on it again before its probe.
+    hung: bool = False
 
-    def failed(self, why: str, *, faulty: bool = False) -> None:
+    def failed(self, why: str, *, faulty: bool = False, timed_out: bool = False) -> None:
         self.healthy = False
         self.failures += 1
         self.last_error = why
+        self.hung = timed_out
         now = time.monotonic()
         if faulty:
             self.quarantined_until = now + FAULTY_QUARANTINE_S
@@ -96,6 +100,7 @@ class Health:
         if time.monotonic() < self.quarantined_until:
             return  # an answer now does not undo a lie a moment ago
         self.healthy = True
+        self.hung = False
         self.failures = 0
         self.last_error = None
         self.last_ok = time.monotonic()
@@ -127,6 +132,9 @@ class Attempt:
     # This attempt among the tries of one request id at this zone: it owns the
     # reservation, and only its own parts and holds are its to undo.
     token: str = field(default_factory=lambda: secrets.token_hex(8))
+    # Children that timed out on this attempt (likely hung): its undo does not
+    # wait on them again; what they may hold is cancelled there later.
+    hung: set[str] = field(default_factory=set)
 
     def remaining(self) -> float:
         return self.deadline - time.time()

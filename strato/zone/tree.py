@@ -35,7 +35,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -82,6 +82,12 @@ PURGE_EVERY_S = 300.0
 TICK_S = 0.25
 # A summary is small: a child that takes longer than this is not healthy.
 PROBE_TIMEOUT_S = 1.0
+# How long a request waits for a due probe of a failed child (see _refresh_due).
+PROBE_WAIT_S = 0.2
+# A cancel from the parent is answered within this share of child_timeout (the
+# parent's wait); a cancel on a request's path waits at least MIN_CANCEL_S.
+CANCEL_SHARE = 0.8
+MIN_CANCEL_S = 0.5
 # In delegate mode, a child that is not the last option gets this share of
 # the time left: one that hangs leaves time to ask the next.
 NEXT_SHARE = 0.5
@@ -245,7 +251,7 @@ class ZoneTree:
             reply = await self.transport.call(child.url, "GET", path,
                                               token=child.credential, timeout=timeout)
         except Unreachable as exc:
-            h.failed(exc.why, faulty=isinstance(exc, Malformed))
+            h.failed(exc.why, faulty=isinstance(exc, Malformed), timed_out=exc.timed_out)
             return None
         if reply.status != 200 or not isinstance(reply.body, dict):
             h.failed(f"summary answered {reply.status}")
@@ -391,14 +397,16 @@ class ZoneTree:
             await self.in_doubt_counts()
             return settled
 
-    async def _send_cancel(self, child: Child, request_id: str) -> str | None:
+    async def _send_cancel(self, child: Child, request_id: str,
+                           timeout: float | None = None) -> str | None:
         """None once `child` confirmed the cancel, else why not."""
         try:
             reply = await self.transport.call(
                 child.url, "POST", "/strato/v1/requests/cancel", token=child.credential,
-                json={"request_id": request_id}, timeout=self.config.child_timeout)
+                json={"request_id": request_id},
+                timeout=self.config.child_timeout if timeout is None else timeout)
         except Unreachable as exc:
-            self.health_of(child.name).failed(exc.why)
+            self.health_of(child.name).failed(exc.why, timed_out=exc.timed_out)
             return exc.why
         self.health_of(child.name).ok()
         if reply.status != 200:
@@ -414,18 +422,32 @@ class ZoneTree:
         """Our parent lost the answer to `request_id`: undo everything it made
         here and below (or refuse it if it comes late). Idempotent."""
         answer = await run_in_threadpool(self.local.cancel_request, request_id)
-        undone = await self.undo(request_id, placed=answer is not None)
+        # Answered before the parent stops waiting (it gives a call at most
+        # child_timeout): what a child below does not confirm by then is
+        # deferred, as for one that does not answer.
+        undone = await self.undo(request_id, placed=answer is not None,
+                                 deadline=time.time() + CANCEL_SHARE * self.config.child_timeout,
+                                 skip_failed=True)
         return {"request_id": request_id,
                 "released": sorted({*(answer or {}).get("released", []), *undone.released}),
                 "forwarded": undone.forwarded, "deferred": undone.deferred}
 
-    async def undo(self, request_id: str, *, placed: bool,
-                   attempt: str | None = None) -> Undone:
+    async def undo(self, request_id: str, *, placed: bool, attempt: str | None = None,
+                   deadline: float | None = None, skip: Collection[str] = (),
+                   skip_failed: bool = False) -> Undone:
         """Undo every part recorded under `request_id` at this zone (only those
         of `attempt`, if given: a later attempt's work is not this one's): its
         own placements (by part id), its pool holds (and, if it had been placed,
         its pool allocations), and each child's part (cancelled there, or
-        recorded in doubt until the child answers)."""
+        recorded in doubt until the child answers).
+
+        With a `deadline` (on a request's path, or a parent's cancel) no child
+        is waited for past it. The children in `skip` (they timed out on this
+        request: likely hung) are not asked again, nor, with `skip_failed`,
+        those whose last call timed out and that are not yet due for a
+        probe: their parts
+        are recorded in doubt at once, and cancelled there once they answer
+        again (asking now would only spend the caller's time)."""
         parts = await self._read(lambda conn: ledger.parts(conn, request_id, attempt))
         out = Undone()
 
@@ -463,8 +485,15 @@ class ZoneTree:
                 out.released += (found or {}).get("released", [])
                 continue
             child = kids.get(p.child)
-            why = ("child zone removed" if child is None
-                   else await self._send_cancel(child, p.part_id))
+            h = self.health_of(p.child)
+            if child is None:
+                why: str | None = "child zone removed"
+            elif p.child in skip or (skip_failed and h.hung and not h.due()):
+                why = f"not answering ({h.last_error or 'failed'})"
+            else:
+                timeout = None if deadline is None else min(
+                    self.config.child_timeout, max(MIN_CANCEL_S, deadline - time.time()))
+                why = await self._send_cancel(child, p.part_id, timeout)
             if why is None:
                 out.forwarded.append(p.child)
             else:
@@ -656,7 +685,8 @@ class ZoneTree:
         if not kept:
             lost = await self._lost(attempt)
             if state == State.PLACED:
-                await self.undo(rid, placed=True, attempt=attempt.token)
+                await self.undo(rid, placed=True, attempt=attempt.token,
+                                deadline=attempt.deadline, skip=attempt.hung)
             raise lost
 
     async def _schedule_here(self, req: ScheduleRequest) -> dict[str, Any]:
@@ -769,7 +799,8 @@ class ZoneTree:
         overdue and undoes it again)."""
         if not attempt.reserved:
             return  # it recorded no part: nothing was asked of anyone
-        await self.undo(attempt.request_id, placed=placed, attempt=attempt.token)
+        await self.undo(attempt.request_id, placed=placed, attempt=attempt.token,
+                        deadline=attempt.deadline, skip=attempt.hung)
         await self._write(lambda conn: ledger.give_back(conn, attempt.request_id,
                                                         attempt.token))
 
@@ -859,14 +890,20 @@ class ZoneTree:
 
     async def _refresh_due(self, kids: Sequence[Child]) -> None:
         """Fetch due summaries in the background; a request waits only for
-        children it has never seen a summary of (briefly)."""
+        children it has never seen a summary of (briefly), and for the probe of
+        a failed child that is due one (very briefly: one that answers again
+        is asked at once, one still hung costs the request PROBE_WAIT_S)."""
         first = [self._refresh_one(c) for c in kids if self._stale(c)
                  and c.name not in self.cache and self.health_of(c.name).healthy]
+        probes = [self._refresh_one(c) for c in kids
+                  if not self.health_of(c.name).healthy and self.health_of(c.name).due()]
         for c in kids:
             if self._stale(c):
                 self._refresh_one(c)
         if first:
             await asyncio.wait(first, timeout=PROBE_TIMEOUT_S)
+        if probes:
+            await asyncio.wait(probes, timeout=PROBE_WAIT_S)
 
     def _refusal(self, req: ScheduleRequest, outcomes: list[Outcome]) -> NoValidPlacement:
         explain = self._explain(outcomes)
@@ -946,8 +983,12 @@ class ZoneTree:
         for c in kids:
             h = self.health_of(c.name)
             cached = self.cache.get(c.name)
-            if not h.due():
-                # Its metadata may exclude it for good: then it is not missed.
+            if not h.healthy:
+                # Not asked until its probe (the summary fetch `_refresh_due`
+                # starts once due, in the background) finds it answering: a
+                # request sent to a zone that failed lately would spend its
+                # time there. Its metadata may exclude it for good: then it
+                # is not missed.
                 why = static_reason(req, None, c.location_prefix, c.tags)
                 if why is not None:
                     outcomes.append(Outcome(c.name, Result.PRUNED, why))
@@ -1045,7 +1086,9 @@ class ZoneTree:
                 timeout=budget + min(0.25, budget * 0.2))
         except Unreachable as exc:
             faulty = isinstance(exc, Malformed)
-            h.failed(exc.why, faulty=faulty)
+            h.failed(exc.why, faulty=faulty, timed_out=exc.timed_out)
+            if exc.timed_out and attempt is not None:
+                attempt.hung.add(child.name)
             if exc.maybe_delivered and pid is not None:
                 await self.note_in_doubt(child.name, pid, req.consumers, exc.why)
                 return Outcome(child.name, Result.FAULTY if faulty else Result.IN_DOUBT,

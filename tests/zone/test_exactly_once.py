@@ -424,3 +424,39 @@ def test_a_split_confirmed_after_its_deadline_leaves_nothing_held(tmp_path: Path
         assert await held_at(tree, b["consumers"][0]) == []
         invariants(tree, set())
     run(tmp_path, scenario, {"child_timeout": 3.0})
+
+
+def test_a_hung_cell_costs_one_timeout_and_leaves_its_region_in_use(tmp_path: Path) -> None:
+    """A cell that hangs (paused): its region answers the request that needed
+    it within the root's wait (no second wait on a cancel sent to the cell
+    that just timed out: that cancel is in doubt at once), so the root keeps
+    the region, and the next request goes to the region's other cell at once
+    (a failed cell is asked again only once its probe finds it answering)."""
+    async def scenario(tree: InProcessTree) -> None:
+        tree.delay("dfw-r2", 30.0)
+        root = tree.client("global")
+        room2 = [{"type": "location", "pattern": "dfw/room2/*"}]
+        start = time.perf_counter()
+        r = await root.post("/strato/v1/schedule", json=req(1, constraints=room2))
+        took = time.perf_counter() - start
+        assert r.status_code == 503, r.text
+        assert took < 1.5, took  # child_timeout 1.0: one wait, not two or three
+        assert tree.zone_tree("global").health_of("dfw").healthy
+        for _ in range(3):
+            start = time.perf_counter()
+            r = await root.post("/strato/v1/schedule", json=req(1, constraints=[
+                {"type": "location", "pattern": "dfw/*"}]))
+            assert r.status_code == 200, r.text
+            assert r.json()["placements"][0]["zone"] == "global/dfw/dfw-r1"
+            assert time.perf_counter() - start < 0.5
+        # The cell resumes: its probe brings it back, and the part it may have
+        # made for the first request is cancelled there.
+        tree.revive("dfw-r2")
+        deadline = time.monotonic() + MAX_BACKOFF_S + 3
+        while not tree.zone_tree("dfw").health_of("dfw-r2").healthy:
+            assert time.monotonic() < deadline, "dfw-r2 never came back"
+            await tree.zone_tree("dfw").refresh()
+            await asyncio.sleep(0.1)
+        r = await root.post("/strato/v1/schedule", json=req(1, constraints=room2))
+        assert r.status_code == 200, r.text
+    run(tmp_path, scenario)
