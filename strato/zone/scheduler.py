@@ -35,7 +35,13 @@ from strato.engine.service import Engine
 from strato.engine.solver import Assignment, Option, SpreadKind, SpreadRule, solve
 from strato.engine.weighers import Scorer, WeigherConfig
 from strato.model import errors
-from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec, TagsRule
+from strato.model.schedule import (
+    DEFAULT_LEVELS,
+    ScheduleRequest,
+    SpreadRuleSpec,
+    TagsRule,
+    check_claim,
+)
 from strato.observe import NOBODY, Observer
 from strato.store import groups as group_store
 from strato.store import ledger, provisional
@@ -632,6 +638,7 @@ class LocalScheduler:
     def claim_placements(self, body: dict[str, Any]) -> dict[str, Any]:
         """Claim exactly the given placements (a parent zone chose them): all or
         nothing. With a `request_id`, a repeat answers as the first did."""
+        check_claim(body)
         claims = [ConsumerClaim(
             consumer_uuid=p["consumer_uuid"],
             allocations={rp: dict(a["resources"]) for rp, a in p["allocations"].items()},

@@ -47,7 +47,7 @@ from starlette.concurrency import run_in_threadpool
 
 from strato import trace
 from strato.model import errors
-from strato.model.schedule import ScheduleRequest
+from strato.model.schedule import ScheduleRequest, check_claim
 from strato.observe import NOBODY, Observer
 from strato.store import children as child_store
 from strato.store import in_doubt, ledger, provisional
@@ -1282,7 +1282,9 @@ class ZoneTree:
         """Pass a claim message (POST /strato/v1/claims...) one level down its zone
         path. A claim with a request id goes through this zone's ledger like a
         schedule request: reserved first (a late one after a cancel is refused,
-        a repeat replays), sent under a fresh part id recorded under it."""
+        a repeat replays), sent under a fresh part id recorded under it. A
+        claim this zone would refuse is refused here, before any of that."""
+        check_claim(payload)
         path = payload["path"]
         child = await self.child(path[0])
         if child is None:
