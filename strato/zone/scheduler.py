@@ -424,7 +424,10 @@ class LocalScheduler:
 
     # -- validation --------------------------------------------------------------
 
-    def _validate(self, req: ScheduleRequest) -> None:
+    def check_names(self, req: ScheduleRequest) -> None:
+        """400 for a resource class or trait this zone's registry does not know.
+        Custom names are registered tree-wide (a zone passes them on to its
+        children), so a zone with children checks them here too."""
         classes = {rc for g in req.groups for rc in g.resources}
         traits: set[str] = set()
         for g in req.groups:
@@ -436,6 +439,9 @@ class LocalScheduler:
             raise errors.BadRequest(f"groups: unknown resource class(es): {', '.join(bad_rc)}")
         if bad_tr:
             raise errors.BadRequest(f"groups: unknown trait(s): {', '.join(bad_tr)}")
+
+    def _validate(self, req: ScheduleRequest) -> None:
+        self.check_names(req)
         for c in req.constraints:
             if isinstance(c, SpreadRuleSpec) and c.level not in self.levels:
                 raise errors.BadRequest(

@@ -587,6 +587,11 @@ class ZoneTree:
         kids = await self.children()
         if not kids:
             return await self._schedule_here(req)
+        # As a zone without children would, before anything is asked or kept.
+        if self.local.plans_inline:
+            self.local.check_names(req)
+        else:
+            await run_in_threadpool(self.local.check_names, req)
         if req.dry_run:
             answer, outcomes = await self._place(req, kids, None)
             if answer is None:

@@ -78,3 +78,35 @@ def test_claims_take_consumer_type_and_group_as_schedule_does(tmp_path: Path) ->
         assert usages.json()["usages"] == {}  # no bucket of a bad consumer type
     run(tmp_path, scenario)
 
+
+def test_a_zone_with_children_refuses_unknown_names_before_anything(tmp_path: Path
+                                                                    ) -> None:
+    async def scenario(tree: InProcessTree, h1: str) -> None:
+        root = tree.client("root")
+        for groups, words in (([{"resources": {"FOO": 1}}], "unknown resource class(es): FOO"),
+                              ([{"resources": {"CUSTOM_NOPE": 1}}], "CUSTOM_NOPE"),
+                              ([{"resources": {"VCPU": 1}, "required": ["NOPE"]}],
+                               "unknown trait(s): NOPE"),
+                              ([{"resources": {"VCPU": 1}, "required": ["in:A_X,NOPE"]}],
+                               "unknown trait(s): A_X, NOPE")):
+            for path in ("/strato/v1/schedule", "/strato/v1/explain"):
+                r = await root.post(path, json=req(groups=groups, request_id="once"))
+                assert r.status_code == 400, r.text[:300]
+                err = r.json()["errors"][0]
+                assert err["detail"].startswith("groups: ") and words in err["detail"]
+            assert not known(tree, "root", "once")
+            # The words a zone without children answers.
+            leaf = await tree.client("c1").post("/strato/v1/schedule",
+                                                json=req(groups=groups))
+            assert leaf.json()["errors"][0]["detail"] == err["detail"]
+        # Nothing was kept under the id: it places now.
+        r = await root.post("/strato/v1/schedule", json=req(request_id="once"))
+        assert r.status_code == 200, r.text[:300]
+        # A class registered at the root is registered below it too: known.
+        assert (await root.put("/resource_classes/CUSTOM_GPU")).status_code == 201
+        r = await root.post("/strato/v1/schedule",
+                            json=req(groups=[{"resources": {"CUSTOM_GPU": 1}}]))
+        assert r.status_code == 409, r.text[:300]
+        assert r.json()["errors"][0]["code"] == "strato.no_valid_placement"
+    run(tmp_path, scenario)
+
