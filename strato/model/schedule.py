@@ -21,6 +21,8 @@ from strato.model.location import LocationError, canonical_tags, parse_location
 GroupName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,255}$")]
 # The type of a consumer's allocations: Placement's rule (microversion 1.38).
 ConsumerType = Annotated[str, Field(pattern=r"^[A-Z0-9_]{1,255}$")]
+# A trait's name in `required`, as Placement's schema has it.
+_TRAIT = re.compile(r"[A-Z0-9_]{1,255}")
 MAX_CONSUMERS = 1000
 DEFAULT_LEVELS = ("site", "room", "rack", "host")
 
@@ -57,6 +59,16 @@ class RequestGroupSpec(_Strict):
         for name in v:
             if not re.fullmatch(r"[A-Z0-9_]{1,255}", name):
                 raise ValueError(f"resource class {name!r} is not a valid name")
+        return v
+
+    @field_validator("required")
+    @classmethod
+    def _traits(cls, v: list[str]) -> list[str]:
+        for t in v:
+            names = t[3:].split(",") if t.startswith("in:") else [t.removeprefix("!")]
+            if not all(_TRAIT.fullmatch(n) for n in names):
+                raise ValueError(f"required: {t[:64]!r} is not a trait, '!TRAIT' or "
+                                 "'in:TRAIT1,TRAIT2' (trait names: 1 to 255 of A-Z, 0-9, _)")
         return v
 
     @field_validator("in_tree")
