@@ -593,6 +593,7 @@ class ZoneTree:
         else:
             await run_in_threadpool(self.local.check_names, req)
         if req.dry_run:
+            self._check_deadline(req, time.time())
             answer, outcomes = await self._place(req, kids, None)
             if answer is None:
                 raise self._refusal(req, outcomes)
@@ -694,13 +695,10 @@ class ZoneTree:
         ledger is not read: a known id then fails its reservation, and the
         caller begins again with `look`."""
         now = time.time()
+        self._check_deadline(req, now)
         deadline = now + self.config.request_timeout
         if req.deadline is not None:
             deadline = min(deadline, req.deadline)
-        if deadline <= now:
-            raise errors.ServiceUnavailable(
-                "the request's deadline had passed when it reached zone "
-                f"{self.config.name}: nothing was done", retry_after=0.0)
         rid = req.request_id or f"auto-{uuid.uuid4().hex}"
         wait_until = min(deadline, now + DUPLICATE_WAIT_S)
         while look:
@@ -721,6 +719,13 @@ class ZoneTree:
             await asyncio.sleep(0.05)
         return (Attempt(rid, deadline),
                 req.model_copy(update={"request_id": rid, "deadline": deadline}))
+
+    def _check_deadline(self, req: ScheduleRequest, now: float) -> None:
+        """503 for a request (a dry run too) whose deadline has passed."""
+        if req.deadline is not None and req.deadline <= now:
+            raise errors.ServiceUnavailable(
+                "the request's deadline had passed when it reached zone "
+                f"{self.config.name}: nothing was done", retry_after=0.0)
 
     async def record_part(self, attempt: Attempt, child: str, pid: str,
                           consumers: Sequence[str], *, durable: bool = True) -> None:

@@ -110,3 +110,17 @@ def test_a_zone_with_children_refuses_unknown_names_before_anything(tmp_path: Pa
         assert r.json()["errors"][0]["code"] == "strato.no_valid_placement"
     run(tmp_path, scenario)
 
+
+def test_a_dry_run_past_its_deadline_is_503_at_a_zone_with_children(tmp_path: Path
+                                                                    ) -> None:
+    async def scenario(tree: InProcessTree, h1: str) -> None:
+        for zone in ("root", "c1"):
+            for path, extra in (("/strato/v1/schedule", {"dry_run": True}),
+                                ("/strato/v1/explain", {}),
+                                ("/strato/v1/schedule", {})):
+                r = await tree.client(zone).post(path, json=req(deadline=1.0, **extra))
+                assert r.status_code == 503, r.text[:300]
+                err = r.json()["errors"][0]
+                assert err["code"] == "strato.zone_unavailable" and "deadline" in \
+                    err["detail"]
+    run(tmp_path, scenario)
