@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from strato.api.middleware import read_body, replay_body
+from strato.api.responses import REQUEST_ID_KEY, error_response
 from strato.model import errors
 
 M = TypeVar("M", bound=BaseModel)
@@ -28,6 +32,62 @@ async def read_json(request: Request) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise errors.BadRequest(f"Malformed JSON: {exc}") from None
+
+
+class _NonFinite(Exception):
+    def __init__(self, token: str) -> None:
+        super().__init__(token)
+        self.token = token
+
+
+def _refuse(token: str) -> float:
+    raise _NonFinite(token)
+
+
+def non_finite(raw: bytes) -> str | None:
+    """The first bare NaN, Infinity or -Infinity of the JSON document `raw`
+    (not JSON, RFC 8259, though Python's parser and pydantic's take them), or
+    None. Only a body with those letters in it is parsed (again) to tell a
+    token from a string that holds them."""
+    if b"NaN" not in raw and b"Infinity" not in raw:
+        return None
+    try:
+        json.loads(raw, parse_constant=_refuse)
+    except _NonFinite as exc:
+        return exc.token
+    except (ValueError, RecursionError):
+        return None  # malformed otherwise: the route says how
+    return None
+
+
+class FiniteJson:
+    """A /strato/v1 body with a bare NaN or Infinity is a 400 before any route
+    reads it (FastAPI's routes parse with Python's json module, which takes
+    them; range checks would catch most, worded as a range)."""
+
+    PREFIX = "/strato/v1/"
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH")
+                or not scope["path"].startswith(self.PREFIX)):
+            await self.app(scope, receive, send)
+            return
+        body, cut = await read_body(receive)
+        token = None if cut is not None else non_finite(body)
+        if token is not None:
+            rid = scope.get(REQUEST_ID_KEY)
+            accept = next((v.decode("latin-1") for k, v in scope["headers"]
+                           if k.lower() == b"accept"), None)
+            response = error_response(
+                400, "Bad Request", f"Malformed JSON: {token} is not a JSON value (numbers "
+                "are finite)", errors.DEFAULT, rid if isinstance(rid, str) else None,
+                accept=accept)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, replay_body(body, receive, cut), send)
 
 
 def validate(model: type[M], data: Any) -> M:

@@ -29,11 +29,11 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DataError
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from strato.api import deps
 from strato.api.auth import CONTEXT_KEY, Context
-from strato.api.middleware import accepts_json
+from strato.api.middleware import accepts_json, read_body, replay_body
 from strato.api.responses import REQUEST_ID_KEY, error_response
 from strato.api.routes.allocation_candidates import candidates_response
 from strato.api.routes.schedule import MAX_HOPS, schedule_response
@@ -54,16 +54,10 @@ class FastSchedule:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay(b"".join(chunks), receive, message), send)
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        body, cut = await read_body(receive)
+        if cut is not None:
+            await self.app(scope, replay_body(body, receive, cut), send)
+            return
         ctx = scope.get(CONTEXT_KEY)
         req: ScheduleRequest | None
         try:
@@ -72,7 +66,7 @@ class FastSchedule:
             req = None
         if (req is None or not isinstance(ctx, Context)
                 or not (ctx.is_admin or deps.is_parent(ctx)) or req.hops > MAX_HOPS):
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replay_body(body, receive), send)
             return
         rid = scope.get(REQUEST_ID_KEY)
         try:
@@ -111,16 +105,3 @@ class FastCandidates:
             await self.app(scope, receive, send)
             return
         await response(scope, receive, send)
-
-
-def _replay(body: bytes, receive: Receive, then: Message | None = None) -> Receive:
-    """A receive that gives `body` first (then `then`, if any), then the real one."""
-    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-    if then is not None:
-        pending = [{"type": "http.request", "body": body, "more_body": True}, then]
-
-    async def replayed() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-    return replayed

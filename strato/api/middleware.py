@@ -165,16 +165,30 @@ async def _read_capped(receive: Receive, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def replay_body(body: bytes, receive: Receive) -> Receive:
+async def read_body(receive: Receive) -> tuple[bytes, Message | None]:
+    """The whole body, and None; or what came of it and the message that came
+    before its end (a disconnect): for `replay_body`."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), message
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks), None
+
+
+def replay_body(body: bytes, receive: Receive, then: Message | None = None) -> Receive:
     """`receive` for an app that reads a body already read: `body`, then what
-    the client sends next (its disconnect)."""
-    sent = False
+    the client sends next (its disconnect). `then`: a message that came before
+    the body's end (a disconnect), given after `body` (which has more to come)."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+    if then is not None:
+        pending = [{"type": "http.request", "body": body, "more_body": True}, then]
 
     async def again() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        if pending:
+            return pending.pop(0)
         return await receive()  # the disconnect, when it comes
     return again
 

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import re
 import uuid as uuidlib
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from strato.model import errors
 from strato.model.location import LocationError, canonical_tags, parse_location
 
-# A server group's name.
+# A server group's name (GET /strato/v1/groups/{name} takes the same).
 GroupName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,255}$")]
+# The type of a consumer's allocations: Placement's rule (microversion 1.38).
+ConsumerType = Annotated[str, Field(pattern=r"^[A-Z0-9_]{1,255}$")]
+# A trait's name in `required`, as Placement's schema has it.
+_TRAIT = re.compile(r"[A-Z0-9_]{1,255}")
 MAX_CONSUMERS = 1000
 DEFAULT_LEVELS = ("site", "room", "rack", "host")
 
@@ -53,6 +59,16 @@ class RequestGroupSpec(_Strict):
         for name in v:
             if not re.fullmatch(r"[A-Z0-9_]{1,255}", name):
                 raise ValueError(f"resource class {name!r} is not a valid name")
+        return v
+
+    @field_validator("required")
+    @classmethod
+    def _traits(cls, v: list[str]) -> list[str]:
+        for t in v:
+            names = t[3:].split(",") if t.startswith("in:") else [t.removeprefix("!")]
+            if not all(_TRAIT.fullmatch(n) for n in names):
+                raise ValueError(f"required: {t[:64]!r} is not a trait, '!TRAIT' or "
+                                 "'in:TRAIT1,TRAIT2' (trait names: 1 to 255 of A-Z, 0-9, _)")
         return v
 
     @field_validator("in_tree")
@@ -157,7 +173,7 @@ class ScheduleRequest(_Strict):
                                  description="One consumer UUID per instance.")
     project_id: str = Field(min_length=1, max_length=255)
     user_id: str = Field(min_length=1, max_length=255)
-    consumer_type: str | None = Field(default=None, pattern=r"^[A-Z0-9_]{1,255}$")
+    consumer_type: ConsumerType | None = None
     groups: list[RequestGroupSpec] = Field(min_length=1, max_length=64)
     group_policy: Literal["none", "isolate"] | None = None
     group: GroupName | None = Field(default=None,
@@ -217,6 +233,27 @@ class ScheduleRequest(_Strict):
             suffix = g.suffix if g.suffix is not None else ("" if i == 0 else str(i))
             out.append((suffix, g))
         return out
+
+
+class ClaimFields(_Strict):
+    """What a claim of chosen placements (POST /strato/v1/claims) has in common
+    with a schedule request, under the same rules."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    consumer_type: ConsumerType | None = None
+    group: GroupName | None = None
+
+
+def check_claim(body: Mapping[str, Any]) -> None:
+    """400 naming the field when a claim's `consumer_type` or `group` would not
+    pass as a schedule request's (worded as the API words a body that does not
+    validate, without echoing the value: it may be long)."""
+    try:
+        ClaimFields.model_validate(body)
+    except ValidationError as exc:
+        raise errors.BadRequest("; ".join(
+            f"body.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+            for e in exc.errors(include_url=False))) from None
 
 
 class Placement(_Strict):

@@ -35,7 +35,13 @@ from strato.engine.service import Engine
 from strato.engine.solver import Assignment, Option, SpreadKind, SpreadRule, solve
 from strato.engine.weighers import Scorer, WeigherConfig
 from strato.model import errors
-from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec, TagsRule
+from strato.model.schedule import (
+    DEFAULT_LEVELS,
+    ScheduleRequest,
+    SpreadRuleSpec,
+    TagsRule,
+    check_claim,
+)
 from strato.observe import NOBODY, Observer
 from strato.store import groups as group_store
 from strato.store import ledger, provisional
@@ -418,7 +424,10 @@ class LocalScheduler:
 
     # -- validation --------------------------------------------------------------
 
-    def _validate(self, req: ScheduleRequest) -> None:
+    def check_names(self, req: ScheduleRequest) -> None:
+        """400 for a resource class or trait this zone's registry does not know.
+        Custom names are registered tree-wide (a zone passes them on to its
+        children), so a zone with children checks them here too."""
         classes = {rc for g in req.groups for rc in g.resources}
         traits: set[str] = set()
         for g in req.groups:
@@ -430,6 +439,9 @@ class LocalScheduler:
             raise errors.BadRequest(f"groups: unknown resource class(es): {', '.join(bad_rc)}")
         if bad_tr:
             raise errors.BadRequest(f"groups: unknown trait(s): {', '.join(bad_tr)}")
+
+    def _validate(self, req: ScheduleRequest) -> None:
+        self.check_names(req)
         for c in req.constraints:
             if isinstance(c, SpreadRuleSpec) and c.level not in self.levels:
                 raise errors.BadRequest(
@@ -632,6 +644,7 @@ class LocalScheduler:
     def claim_placements(self, body: dict[str, Any]) -> dict[str, Any]:
         """Claim exactly the given placements (a parent zone chose them): all or
         nothing. With a `request_id`, a repeat answers as the first did."""
+        check_claim(body)
         claims = [ConsumerClaim(
             consumer_uuid=p["consumer_uuid"],
             allocations={rp: dict(a["resources"]) for rp, a in p["allocations"].items()},

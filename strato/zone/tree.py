@@ -47,7 +47,7 @@ from starlette.concurrency import run_in_threadpool
 
 from strato import trace
 from strato.model import errors
-from strato.model.schedule import ScheduleRequest
+from strato.model.schedule import ScheduleRequest, check_claim
 from strato.observe import NOBODY, Observer
 from strato.store import children as child_store
 from strato.store import in_doubt, ledger, provisional
@@ -616,7 +616,13 @@ class ZoneTree:
         kids = await self.children()
         if not kids:
             return await self._schedule_here(req)
+        # As a zone without children would, before anything is asked or kept.
+        if self.local.plans_inline:
+            self.local.check_names(req)
+        else:
+            await run_in_threadpool(self.local.check_names, req)
         if req.dry_run:
+            self._check_deadline(req, time.time())
             answer, outcomes = await self._place(req, kids, None)
             if answer is None:
                 raise self._refusal(req, outcomes)
@@ -719,13 +725,10 @@ class ZoneTree:
         ledger is not read: a known id then fails its reservation, and the
         caller begins again with `look`."""
         now = time.time()
+        self._check_deadline(req, now)
         deadline = now + self.config.request_timeout
         if req.deadline is not None:
             deadline = min(deadline, req.deadline)
-        if deadline <= now:
-            raise errors.ServiceUnavailable(
-                "the request's deadline had passed when it reached zone "
-                f"{self.config.name}: nothing was done", retry_after=0.0)
         rid = req.request_id or f"auto-{uuid.uuid4().hex}"
         wait_until = min(deadline, now + DUPLICATE_WAIT_S)
         while look:
@@ -746,6 +749,13 @@ class ZoneTree:
             await asyncio.sleep(0.05)
         return (Attempt(rid, deadline),
                 req.model_copy(update={"request_id": rid, "deadline": deadline}))
+
+    def _check_deadline(self, req: ScheduleRequest, now: float) -> None:
+        """503 for a request (a dry run too) whose deadline has passed."""
+        if req.deadline is not None and req.deadline <= now:
+            raise errors.ServiceUnavailable(
+                "the request's deadline had passed when it reached zone "
+                f"{self.config.name}: nothing was done", retry_after=0.0)
 
     async def record_part(self, attempt: Attempt, child: str, pid: str,
                           consumers: Sequence[str], *, durable: bool = True) -> None:
@@ -1325,7 +1335,9 @@ class ZoneTree:
         """Pass a claim message (POST /strato/v1/claims...) one level down its zone
         path. A claim with a request id goes through this zone's ledger like a
         schedule request: reserved first (a late one after a cancel is refused,
-        a repeat replays), sent under a fresh part id recorded under it."""
+        a repeat replays), sent under a fresh part id recorded under it. A
+        claim this zone would refuse is refused here, before any of that."""
+        check_claim(payload)
         path = payload["path"]
         child = await self.child(path[0])
         if child is None:

@@ -148,3 +148,27 @@ def test_a_credential_cannot_carry_header_lines(client: TestClient, credential: 
     assert r.status_code == 400, r.text
     assert "credential" in r.json()["errors"][0]["detail"]
     assert client.get("/strato/v1/children").json()["children"] == []
+
+
+@pytest.mark.parametrize(("path", "token"), [
+    ("/strato/v1/schedule", b"NaN"), ("/strato/v1/explain", b"Infinity"),
+    ("/strato/v1/claims", b"-Infinity")])
+def test_a_bare_nan_or_infinity_is_malformed_json(client: TestClient, path: str,
+                                                   token: bytes) -> None:
+    consumer = str(uuid.uuid4()).encode()
+    body = (b'{"consumers": ["%s"], "project_id": "p", "user_id": "u", "groups": '
+            b'[{"resources": {"VCPU": 1}}], "deadline": %s}' % (consumer, token))
+    if path.endswith("claims"):
+        body = (b'{"project_id": "p", "user_id": "u", "hold_ttl": %s, "placements": '
+                b'[{"consumer_uuid": "%s", "allocations": {}}]}' % (token, consumer))
+    r = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    detail = r.json()["errors"][0]["detail"]
+    assert detail.startswith("Malformed JSON") and token.lstrip(b"-").decode() in detail
+    # The letters inside a string are not a token: the body is read (and
+    # nothing fits: the zone has no providers).
+    r = client.post("/strato/v1/schedule", json={
+        "consumers": [str(uuid.uuid4())], "project_id": "NaN-Infinity", "user_id": "u",
+        "groups": [{"resources": {"VCPU": 1}}], "dry_run": True})
+    assert r.status_code == 409, r.text
+    assert r.json()["errors"][0]["code"] == "strato.no_valid_placement"

@@ -30,6 +30,12 @@ def test_minimal_request_and_defaults() -> None:
     ({"groups": [{"resources": {}}]}, "groups"),
     ({"groups": [{"resources": {"VCPU": 0}}]}, "groups"),
     ({"groups": [{"resources": {"vcpu": 1}}]}, "groups"),
+    ({"groups": [{"resources": {"VCPU": 1}, "required": ["!"]}]}, "required"),
+    ({"groups": [{"resources": {"VCPU": 1}, "required": ["in:"]}]}, "required"),
+    ({"groups": [{"resources": {"VCPU": 1}, "required": ["in:A,"]}]}, "required"),
+    ({"groups": [{"resources": {"VCPU": 1}, "required": ["!!A"]}]}, "required"),
+    ({"groups": [{"resources": {"VCPU": 1}, "required": [""]}]}, "required"),
+    ({"groups": [{"resources": {"VCPU": 1}, "required": ["in:!A,B"]}]}, "required"),
     ({"bogus": 1}, "bogus"),
     ({"constraints": [{"type": "location", "pattern": "a//b"}]}, "constraints"),
     ({"constraints": [{"type": "tags"}]}, "constraints"),
@@ -43,6 +49,12 @@ def test_bad_requests_name_the_field(patch: dict[str, object], field: str) -> No
     with pytest.raises(ValidationError) as exc:
         ScheduleRequest.model_validate(body(**patch))
     assert field in str(exc.value)
+
+
+def test_required_takes_traits_forbidden_traits_and_any_of() -> None:
+    r = ScheduleRequest.model_validate(body(groups=[{
+        "resources": {"VCPU": 1}, "required": ["HW_CPU_X86_AVX2", "!CUSTOM_X", "in:A,B_2"]}]))
+    assert r.groups[0].required == ["HW_CPU_X86_AVX2", "!CUSTOM_X", "in:A,B_2"]
 
 
 def test_location_patterns() -> None:
