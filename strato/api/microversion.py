@@ -95,14 +95,15 @@ def parse(headers: dict[str, str]) -> Version:
     raw = headers.get(HEADER)
     value: str | None = None
     if raw is not None:
-        # Each comma-separated part is `<service> <version>`. Ours is `placement
-        # 1.N` or `placement latest`; anything else after `placement` (nothing,
-        # or more words) is a malformed version (400, as Placement answers),
-        # not a part to skip.
+        # Each comma-separated part is `<service> <version>`, the last one for
+        # placement wins (as microversion-parse reads it, which Placement
+        # uses). Ours is `placement 1.N` or `placement latest`; more words
+        # after `placement` are a malformed version (400, as Placement
+        # answers); a bare `placement` names no version and is skipped.
         for part in raw.split(","):
             bits = part.strip().split(None, 1)
-            if bits and bits[0].lower() == SERVICE_TYPE:
-                value = bits[1].strip() if len(bits) == 2 else ""
+            if len(bits) == 2 and bits[0].lower() == SERVICE_TYPE:
+                value = bits[1].strip()
     elif headers.get(LEGACY_HEADER) is not None:
         value = headers[LEGACY_HEADER].strip()
     if value is None:

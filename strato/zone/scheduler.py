@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -424,16 +424,19 @@ class LocalScheduler:
 
     # -- validation --------------------------------------------------------------
 
-    def check_names(self, req: ScheduleRequest) -> None:
-        """400 for a resource class or trait this zone's registry does not know.
-        Custom names are registered tree-wide (a zone passes them on to its
-        children), so a zone with children checks them here too."""
-        classes = {rc for g in req.groups for rc in g.resources}
+    def check_names(self, req: ScheduleRequest, *, also_classes: Collection[str] = (),
+                    also_traits: Collection[str] = ()) -> None:
+        """400 for a resource class or trait this zone's registry does not know
+        (nor `also_*`: at a zone with children, the names its children's
+        summaries show: a zone run apart, another organisation's, may have
+        custom names its parent never registered)."""
+        classes = {rc for g in req.groups for rc in g.resources} - set(also_classes)
         traits: set[str] = set()
         for g in req.groups:
             for t in g.required:
                 names = t[3:].split(",") if t.startswith("in:") else [t.lstrip("!")]
                 traits.update(n for n in names if n)
+        traits -= set(also_traits)
         bad_rc, bad_tr = self.engine.unknown_names(classes, traits)
         if bad_rc:
             raise errors.BadRequest(f"groups: unknown resource class(es): {', '.join(bad_rc)}")

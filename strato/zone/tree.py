@@ -617,10 +617,17 @@ class ZoneTree:
         if not kids:
             return await self._schedule_here(req)
         # As a zone without children would, before anything is asked or kept.
+        below_classes: set[str] = set()
+        below_traits: set[str] = set()
+        for cached in self.cache.values():
+            below_classes.update(cached.body.get("classes", {}))
+            below_traits.update(cached.body.get("traits", []))
+        check = partial(self.local.check_names, req, also_classes=below_classes,
+                        also_traits=below_traits)
         if self.local.plans_inline:
-            self.local.check_names(req)
+            check()
         else:
-            await run_in_threadpool(self.local.check_names, req)
+            await run_in_threadpool(check)
         if req.dry_run:
             self._check_deadline(req, time.time())
             answer, outcomes = await self._place(req, kids, None)

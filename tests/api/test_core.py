@@ -79,13 +79,16 @@ def test_nul_bytes_are_never_a_500(any_client: TestClient) -> None:
 
 
 @pytest.mark.parametrize("value", ["placement latest latest", "placement 1.5 extra",
-                                   "placement", "placement 1.5, placement 1.x"])
+                                   "placement 1.5, placement 1.x"])
 def test_a_malformed_version_is_400(client: TestClient, value: str) -> None:
     """`placement <major.minor>` or `placement latest`; anything else after
     `placement` is malformed, never served at 1.0 (Placement answers 400)."""
     r = client.get("/resource_providers", headers={"openstack-api-version": value})
     assert r.status_code == 400, r.text
     assert "invalid version string" in r.json()["errors"][0]["detail"]
+    # A bare `placement` names no version: skipped (microversion-parse's reading).
+    r = client.get("/resource_providers", headers={"openstack-api-version": "placement"})
+    assert r.status_code == 200 and r.headers["openstack-api-version"] == "placement 1.0"
     r = client.get("/resource_providers",
                    headers={"openstack-api-version": "compute 2.1, placement 1.5"})
     assert r.headers["openstack-api-version"] == "placement 1.5"

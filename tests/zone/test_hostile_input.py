@@ -108,6 +108,19 @@ def test_a_zone_with_children_refuses_unknown_names_before_anything(tmp_path: Pa
                             json=req(groups=[{"resources": {"CUSTOM_GPU": 1}}]))
         assert r.status_code == 409, r.text[:300]
         assert r.json()["errors"][0]["code"] == "strato.no_valid_placement"
+        # A name made at a child alone (a zone run apart) that its summary
+        # shows is known at the root too: placed there.
+        c1 = tree.client("c1")
+        assert (await c1.put("/resource_classes/CUSTOM_LEAF")).status_code == 201
+        gen = (await c1.get(f"/resource_providers/{h1}")).json()["generation"]
+        r = await c1.put(f"/resource_providers/{h1}/inventories", json={
+            "resource_provider_generation": gen, "inventories": {
+                "VCPU": {"total": 8}, "CUSTOM_LEAF": {"total": 2}}})
+        assert r.status_code == 200, r.text[:300]
+        await tree.zone_tree("root").refresh(fresh=True)
+        r = await root.post("/strato/v1/schedule",
+                            json=req(groups=[{"resources": {"CUSTOM_LEAF": 1}}]))
+        assert r.status_code == 200, r.text[:300]
     run(tmp_path, scenario)
 
 
