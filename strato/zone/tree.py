@@ -35,7 +35,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -159,6 +160,8 @@ class ZoneTree:
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _fetching: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _group_locks: split.GroupLocks = field(default_factory=split.GroupLocks)
+    # Consumers being placed through this zone: (request id, request) by consumer.
+    _in_flight: dict[str, tuple[str | None, int]] = field(default_factory=dict)
     _local_gate: asyncio.Semaphore = field(init=False)
     observer: Observer = NOBODY
 
@@ -617,17 +620,7 @@ class ZoneTree:
         if not kids:
             return await self._schedule_here(req)
         # As a zone without children would, before anything is asked or kept.
-        below_classes: set[str] = set()
-        below_traits: set[str] = set()
-        for cached in self.cache.values():
-            below_classes.update(cached.body.get("classes", {}))
-            below_traits.update(cached.body.get("traits", []))
-        check = partial(self.local.check_names, req, also_classes=below_classes,
-                        also_traits=below_traits)
-        if self.local.plans_inline:
-            check()
-        else:
-            await run_in_threadpool(check)
+        await self._check_names(req)
         if req.dry_run:
             self._check_deadline(req, time.time())
             answer, outcomes = await self._place(req, kids, None)
@@ -635,17 +628,91 @@ class ZoneTree:
                 raise self._refusal(req, outcomes)
             return self._finish_explain(req, answer, outcomes)
         client_id = req.request_id
-        look = False  # a new id is the common case: its reservation tells
-        while True:
-            begun = await self._begin(req, look=look)
-            look = True
-            if isinstance(begun, dict):
-                return begun
-            attempt, sub = begun
+        with self._placing(req):
+            if req.hops == 0:
+                await self._refuse_placed(req)
+            look = False  # a new id is the common case: its reservation tells
+            while True:
+                begun = await self._begin(req, look=look)
+                look = True
+                if isinstance(begun, dict):
+                    return begun
+                attempt, sub = begun
+                try:
+                    return await self._attempt(sub, kids, attempt, client_id)
+                except _Duplicate:
+                    continue  # another request took the id first: wait for its answer
+
+    async def _check_names(self, req: ScheduleRequest) -> None:
+        """400 for a class or trait neither this zone's registry nor (looked at
+        only then) its children's summaries know."""
+        def check(also_classes: set[str], also_traits: set[str]) -> None:
+            self.local.check_names(req, also_classes=also_classes, also_traits=also_traits)
+        try:
+            if self.local.plans_inline:
+                check(set(), set())
+            else:
+                await run_in_threadpool(check, set(), set())
+        except errors.BadRequest:
+            classes: set[str] = set()
+            traits: set[str] = set()
+            for cached in self.cache.values():
+                classes.update(cached.body.get("classes", {}))
+                traits.update(cached.body.get("traits", []))
+            await run_in_threadpool(check, classes, traits)
+
+    @contextmanager
+    def _placing(self, req: ScheduleRequest) -> Iterator[None]:
+        """The request's consumers, while it places them through this zone: a
+        request with another id (or none) for one of them meanwhile is a 409
+        (each child checks only its own consumers; two requests could else
+        place one consumer in two zones). The same id is the ledger's to
+        settle: it waits for the first, or replays it. Checked where a client's
+        request enters the tree."""
+        mine: list[str] = []
+        if req.hops > 0:
+            # From a parent: its retries of one request come with new part ids
+            # while an earlier one may still run here; the parent settles them.
+            yield
+            return
+        try:
+            for c in req.consumers:
+                other = self._in_flight.get(c)
+                if other is not None and (other[0] is None or other[0] != req.request_id):
+                    raise errors.Conflict(
+                        f"consumer generation conflict - consumer {c} is being placed by "
+                        "another request (a schedule request places new consumers only)",
+                        errors.CONCURRENT_UPDATE)
+                if other is None:
+                    self._in_flight[c] = (req.request_id, id(req))
+                    mine.append(c)
+            yield
+        finally:
+            for c in mine:
+                self._in_flight.pop(c, None)
+
+    async def _refuse_placed(self, req: ScheduleRequest) -> None:
+        """409 for a consumer this zone placed below before and that is still
+        there (a schedule request places new consumers only; a child checks
+        only its own). Only consumers this zone knows of are looked for (its
+        consumer index: no lookup on a new consumer's path), and not for a
+        request id the ledger knows (its answer is replayed)."""
+        known = [c for c in req.consumers if self.consumer_zones.get(c) is not None]
+        if not known:
+            return
+        if req.request_id is not None and await self._read(
+                partial(ledger.lookup, request_id=req.request_id)) is not None:
+            return
+        for c in known:
             try:
-                return await self._attempt(sub, kids, attempt, client_id)
-            except _Duplicate:
-                continue  # another request took the id first: wait for its answer
+                found = await subtree.find_consumer(self, c)
+            except errors.ServiceUnavailable:
+                continue  # its zone cannot say: not refused on a guess
+            if found is not None:
+                raise errors.Conflict(
+                    f"consumer generation conflict - consumer {c} already has allocations "
+                    f"in zone {found.child.name} (a schedule request places new consumers "
+                    "only)", errors.CONCURRENT_UPDATE)
 
     async def _attempt(self, req: ScheduleRequest, kids: Sequence[Child], attempt: Attempt,
                        client_id: str | None) -> dict[str, Any]:

@@ -483,3 +483,40 @@ def test_a_body_placement_ignores_on_registry_puts_is_not_sent_below(tmp_path: P
                     r = await tree.client(cell).get(path, headers={V: "placement 1.7"})
                     assert r.status_code in (200, 204), (cell, path, r.text)
     run(tmp_path, scenario)
+
+
+def test_a_schedule_never_places_a_consumer_that_is_placed_or_being_placed(tmp_path: Path
+                                                                            ) -> None:
+    """A schedule request places new consumers only, and each cell checks only
+    its own: the root refuses a consumer it placed below (409), and one that
+    another request is placing at the same time; the same request id is
+    replayed, not refused."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+
+        def at(cell: str, c: str, rid: str | None = None) -> Any:
+            body = req(1, vcpu=1, constraints=[{"type": "location", "pattern": f"{cell}/*"}])
+            body["consumers"] = [c]
+            if rid is not None:
+                body["request_id"] = rid
+            return root.post("/strato/v1/schedule", json=body)
+        c = str(uuid.uuid4())
+        r = await at("dfw", c, "first")
+        assert r.status_code == 200, r.text
+        for cell, rid in (("ord", None), ("ord", "second"), ("dfw", "third")):
+            r = await at(cell, c, rid)
+            assert r.status_code == 409, r.text
+            assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
+        r = await at("dfw", c, "first")
+        assert r.status_code == 200 and r.json().get("replayed") is True, r.text
+        assert await used(tree, "ord") == 0 and await used(tree, "dfw") == 1
+        # At once, with two ids: one is placed.
+        for _ in range(3):
+            c = str(uuid.uuid4())
+            got = await asyncio.gather(at("dfw", c, "a-" + c), at("ord", c, "b-" + c))
+            assert sorted(r.status_code for r in got) == [200, 409], [r.text for r in got]
+        assert await used(tree, "dfw") + await used(tree, "ord") == 1 + 3
+        # A consumer released through the root may be placed again.
+        assert (await root.delete(f"/allocations/{c}")).status_code == 204
+        assert (await at("ord", c)).status_code == 200
+    run(tmp_path, scenario)
