@@ -206,7 +206,7 @@ def _update(e: _Entry, index: ProviderIndex, rows: npt.NDArray[np.int64],
     for rc, total in e.multi:
         col = index.rc_columns(rc)
         assert col is not None
-        ok &= (col.used[rows] + total <= col.capacity[rows]) & (col.max_unit[rows] >= total)
+        ok &= filters.takes(col, rows, total)
     e.simple_ok[rows] = ok
     simple = rows[ok]
     if len(simple):

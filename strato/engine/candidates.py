@@ -364,8 +364,7 @@ def _simple_positions(ctx: _Context, complex_roots: BoolArray) -> npt.NDArray[np
         if sum(1 for g in ctx.groups if rc in g.resource_classes) > 1:
             col = index.rc_columns(rc)
             assert col is not None  # every group with rc passed `fits`
-            n = index.size
-            ok &= (col.used[:n] + total <= col.capacity[:n]) & (col.max_unit[:n] >= total)
+            ok &= filters.takes(col, slice(0, index.size), total)
     return np.flatnonzero(ok)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from strato.engine.index import SHARING_TRAIT, BoolArray, ProviderIndex
+from strato.engine.index import MAX_HELD, SHARING_TRAIT, BoolArray, ProviderIndex, RcColumns
 from strato.engine.request import RequestGroup
 
 
@@ -29,9 +29,24 @@ def fits_rows(index: ProviderIndex, rc: str, amount: int,
     if col is None:
         return np.zeros(len(range(index.size)[rows]) if isinstance(rows, slice)
                         else len(rows), dtype=bool)
-    ok: BoolArray = col.used[rows] + amount <= col.capacity[rows]
+    ok: BoolArray = col.used[rows] + _bounded(amount) <= col.capacity[rows]
     ok &= _units_allow(index, rc, amount)[rows]
     return ok
+
+
+def takes(col: RcColumns, rows: slice | npt.NDArray[np.int64], total: int) -> BoolArray:
+    """Which of `rows` could take `total` of `col`'s class at once (the sum of
+    several groups): free capacity and max_unit allow it."""
+    total = _bounded(total)
+    ok: BoolArray = (col.used[rows] + total <= col.capacity[rows]) & (col.max_unit[rows] >= total)
+    return ok
+
+
+def _bounded(amount: int) -> int:
+    """`amount` (a query may ask up to 2**63 - 1, several groups more) as
+    compared with the columns: beyond what a row holds, it fits none, and
+    used + amount stays within int64."""
+    return min(amount, MAX_HELD + 1)
 
 
 # Kept masks of `_units_allow` per index, before the oldest are dropped.

@@ -31,6 +31,31 @@ BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 PosArray = npt.NDArray[np.int32]
 
+# The most capacity or usage one row holds; larger figures are held as this.
+# Placement accepts capacities up to (2**31 - 1) * 3.4e38, far beyond int64:
+# 2**53 is far beyond any real inventory, exact in float64 (the weighers'
+# shares) and in JSON, the most a zone sends of one figure (MAX_COUNT in
+# strato/zone/protocol.py), and leaves a row's used + amount far from 2**63.
+# A sum over rows may still exceed int64: see `held_sum`. The store checks
+# claims against the exact capacity, so clamping only makes the engine
+# offer less of a provider that has more than 2**53 to give.
+MAX_HELD = 2**53
+# Rows whose held figures int64 sums without overflow, whatever their sign.
+_SUM_CHUNK = 2**62 // MAX_HELD
+
+
+def held(amount: int) -> int:
+    """`amount` (a capacity or a usage) as a row holds it."""
+    return 0 if amount < 0 else MAX_HELD if amount > MAX_HELD else amount
+
+
+def held_sum(values: IntArray) -> int:
+    """The exact sum of held figures (each within +-MAX_HELD): at once when
+    int64 cannot overflow (the common case), else in chunks that cannot."""
+    if len(values) <= _SUM_CHUNK or float(np.abs(values).sum(dtype=np.float64)) < 2**62:
+        return int(values.sum())
+    return sum(int(values[i:i + _SUM_CHUNK].sum()) for i in range(0, len(values), _SUM_CHUNK))
+
 
 def _grow(a: npt.NDArray[np.generic], rows: int, fill: object = 0) -> npt.NDArray[np.generic]:
     out = np.full(rows, fill, dtype=a.dtype)
@@ -49,7 +74,8 @@ class RcColumns:
         self.total: IntArray = np.zeros(rows, dtype=np.int64)
         self.reserved: IntArray = np.zeros(rows, dtype=np.int64)
         self.ratio = np.ones(rows, dtype=np.float64)
-        # (total - reserved) * allocation_ratio, rounded down, precomputed.
+        # (total - reserved) * allocation_ratio, rounded down, precomputed;
+        # at most MAX_HELD, as `used`.
         self.capacity: IntArray = np.zeros(rows, dtype=np.int64)
         self.used: IntArray = np.zeros(rows, dtype=np.int64)
         self.min_unit: IntArray = np.zeros(rows, dtype=np.int64)
@@ -159,7 +185,9 @@ class ProviderIndex:
         self.rc = {fresh(k): v for k, v in self.rc.items()}
 
     def apply(self, records: Iterable[ProviderRecord], removed: Iterable[str]) -> None:
-        """Make the index reflect `records` (upserts) and drop `removed` uuids."""
+        """Make the index reflect `records` (upserts) and drop `removed` uuids.
+
+        A record is written only once all it needs is computed (`_upsert`)."""
         structural = False
         recs = list(records)
         self.freed += 1
@@ -194,7 +222,8 @@ class ProviderIndex:
                 d[k] = _grow(v, rows, False)  # type: ignore[assignment]
         self._rows = rows
 
-    def _new_row(self, uuid: str) -> int:
+    def _new_row(self, uuid: str, value: int) -> int:
+        """A row for `uuid`, whose 128-bit value is `value`."""
         p = self.n
         self._ensure_rows(p + 1)
         self.n += 1
@@ -202,17 +231,21 @@ class ProviderIndex:
         self.traits.append(EMPTY)
         self.aggregates.append(EMPTY)
         self.pos[uuid] = p
-        value = uuidlib.UUID(uuid).int
         self.uuid_hi[p] = value >> 64
         self.uuid_lo[p] = value & 0xFFFFFFFFFFFFFFFF
         self.root[p] = p
         return p
 
     def _upsert(self, rec: ProviderRecord) -> bool:
+        # What may fail (a malformed uuid, a capacity) is computed before any
+        # column changes: a record that fails changes nothing. What is then
+        # written is within int64: held figures, and the store's integers.
         p = self.pos.get(rec.uuid)
+        uuid_value = uuidlib.UUID(rec.uuid).int if p is None else 0
+        capacities = [held(inv.capacity) for inv in rec.inventories.values()]
         structural = p is None
         if p is None:
-            p = self._new_row(rec.uuid)
+            p = self._new_row(rec.uuid, uuid_value)
         self.touch(p)
         self.alive[p] = True
         for name, col in self.rc.items():
@@ -220,19 +253,19 @@ class ProviderIndex:
                 col.has[p] = False
                 col.capacity[p] = 0
             col.used[p] = 0
-        for name, inv in rec.inventories.items():
+        for (name, inv), cap in zip(rec.inventories.items(), capacities, strict=True):
             col = self._rc_column(name)
             col.has[p] = True
             col.total[p] = inv.total
             col.reserved[p] = inv.reserved
             col.ratio[p] = inv.allocation_ratio
-            col.capacity[p] = inv.capacity
+            col.capacity[p] = cap
             col.min_unit[p] = inv.min_unit
             col.max_unit[p] = inv.max_unit
             col.step[p] = max(inv.step_size, 1)
         for name, amount in rec.used.items():
             # Usage without inventory is possible mid-reshape; keep it anyway.
-            self._rc_column(name).used[p] = amount
+            self._rc_column(name).used[p] = held(amount)
         if rec.traits != self.traits[p]:
             structural = True
             self._set_members(self.trait_cols, self.traits[p], rec.traits, p)
@@ -248,6 +281,7 @@ class ProviderIndex:
         p = self.pos.get(uuid)
         if p is None or not self.alive[p]:
             return False
+        used = {name: held(amount) for name, amount in used.items()}
         self.touch(p)
         for name, col in self.rc.items():
             if used.get(name, 0) < col.used[p]:
@@ -266,7 +300,8 @@ class ProviderIndex:
             return False
         self.touch(p)
         for name, amount in delta.items():
-            self.rc[name].used[p] += amount
+            col = self.rc[name]
+            col.used[p] = held(int(col.used[p]) + amount)
             if amount < 0:
                 self.freed += 1
         return True

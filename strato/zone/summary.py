@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from strato.engine.hosts import HostArrays
-from strato.engine.index import BoolArray, ProviderIndex
+from strato.engine.index import BoolArray, ProviderIndex, held_sum
+from strato.zone.protocol import MAX_COUNT
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -75,10 +76,10 @@ class _Class:
         self.counted = col.has[:n] & index.live()[:n]  # capacity and usage
         self.free_here = live & col.has[:n]  # room, where not stale
         self.usable = self.free_here & (cap > 0)
-        self.capacity = int(cap[self.counted].sum())
+        self.capacity = held_sum(cap[self.counted])
         self.max_capacity = int(cap[self.usable].max()) if self.usable.any() else 0
         self.used_seen = col.used[:n].copy()
-        self.used = int(self.used_seen[self.counted].sum())
+        self.used = held_sum(self.used_seen[self.counted])
         self.roots = index.root[:n]
         self.row_free = self._row_free(index, np.arange(n))
         # Free room of each whole tree (a host with its nested providers).
@@ -96,7 +97,7 @@ class _Class:
         col = index.rc[self.rc]
         used = col.used[rows]
         counted = self.counted[rows]
-        self.used += int((used[counted] - self.used_seen[rows][counted]).sum())
+        self.used += held_sum(used[counted] - self.used_seen[rows][counted])
         self.used_seen[rows] = used
         free = self._row_free(index, rows)
         np.add.at(self.tree_free, self.roots[rows], free - self.row_free[rows])
@@ -106,9 +107,10 @@ class _Class:
 
     def figures(self) -> dict[str, Any]:
         share = float(self.share.max()) if self.usable.any() else 0.0
-        return {"capacity": self.capacity, "used": self.used,
-                "largest_free": int(self.tree_free.max()) if len(self.tree_free) else 0,
-                "best_share": round(share, 6), "max_capacity": self.max_capacity}
+        largest = int(self.tree_free.max()) if len(self.tree_free) else 0
+        return _sendable({"capacity": self.capacity, "used": self.used,
+                          "largest_free": largest, "best_share": round(share, 6),
+                          "max_capacity": self.max_capacity})
 
 
 class _Kept:
@@ -163,8 +165,21 @@ def merge(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 # Unknown in one part (an older zone): unknown for the whole.
                 v = c.get(k)
                 acc[k] = None if v is None or acc[k] is None else max(acc[k], v)
-    return {"providers": providers, "classes": classes, "traits": sorted(traits),
-            "tags_present": sorted(tags), "freed": freed % TOKEN_MOD}
+    return {"providers": providers,
+            "classes": {rc: _sendable(c) for rc, c in classes.items()},
+            "traits": sorted(traits), "tags_present": sorted(tags), "freed": freed % TOKEN_MOD}
+
+
+def _sendable(figures: dict[str, Any]) -> dict[str, Any]:
+    """`figures` within what a zone may send (protocol.ClassUsage): a pool of
+    more than MAX_COUNT is said to hold MAX_COUNT (as much as it could ever
+    be asked for), and one tree's free room is part of the pool's."""
+    out = dict(figures)
+    for k in ("capacity", "used", "max_capacity"):
+        if out.get(k) is not None:
+            out[k] = min(out[k], MAX_COUNT)
+    out["largest_free"] = min(out["largest_free"], out["capacity"])
+    return out
 
 
 def now_iso() -> str:

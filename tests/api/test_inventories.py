@@ -9,9 +9,13 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from strato.api.app import create_app
+from strato.config import Settings
 from strato.store import changes, schema
 from strato.store.db import Database
 from strato.store.resource_classes import ids_by_name
+from strato.zone import protocol
+from tests.conftest import ADMIN
 
 MAX_INT = 2147483647
 DEFAULTS = {"reserved": 0, "min_unit": 1, "max_unit": MAX_INT, "step_size": 1,
@@ -368,3 +372,46 @@ def test_odd_names_are_4xx_never_500(any_client: TestClient) -> None:
     r = any_client.post(_url(rp), json={"resource_class": "VCPU\u0000", "total": 1})
     assert r.status_code == 400
     assert _state(any_client, rp) == {"resource_provider_generation": 0, "inventories": {}}
+
+
+def _gen(client: TestClient, rp: str) -> int:
+    return int(_state(client, rp)["resource_provider_generation"])
+
+
+def _answers(client: TestClient, rp: str) -> None:
+    """The engine's routes answer with `rp` among the candidates."""
+    r = client.get("/allocation_candidates?resources=VCPU:1")
+    assert r.status_code == 200, r.text
+    assert rp in r.json()["provider_summaries"]
+    r = client.post("/strato/v1/schedule", json={
+        "consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+        "groups": [{"resources": {"VCPU": 1}}]})
+    assert r.status_code == 200, r.text
+    r = client.get("/strato/v1/summary")
+    assert r.status_code == 200, r.text
+    protocol.Summary.model_validate(r.json())
+
+
+def test_a_capacity_beyond_int64_is_accepted_and_scheduled(client: TestClient) -> None:
+    rps = [_provider(client, f"cn{i}") for i in range(6)]
+    for rp in rps[1:]:
+        assert _put_all(client, rp, 0, {"VCPU": {"total": 10}}).status_code == 200
+    huge = {"VCPU": {"total": 10, "allocation_ratio": 1e19}}
+    r = _put_all(client, rps[0], 0, huge)
+    assert r.status_code == 200, r.text
+    assert _state(client, rps[0])["inventories"]["VCPU"]["allocation_ratio"] == 1e19
+    _answers(client, rps[0])
+    # Two groups whose sum is beyond int64: nothing fits, nothing fails.
+    r = client.get(f"/allocation_candidates?resources1=VCPU:{2**62}&resources2=VCPU:{2**62}"
+                   "&group_policy=none")
+    assert r.status_code == 200 and r.json()["allocation_requests"] == [], r.text
+    r = _put_all(client, rps[0], _gen(client, rps[0]), {"VCPU": {"total": 10}})
+    assert r.status_code == 200, r.text
+    _answers(client, rps[0])
+    r = _put_all(client, rps[0], _gen(client, rps[0]), huge)
+    assert r.status_code == 200, r.text
+    # A zone restarted on that database loads it.
+    db = _db(client)
+    app = create_app(Settings(db_url=db.url), db=db, migrate=False)
+    with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as again:
+        _answers(again, rps[0])

@@ -209,3 +209,21 @@ def test_new_consumers_and_type(client: TestClient) -> None:
 def test_admin_only(client: TestClient) -> None:
     r = client.post("/reshaper", json={}, headers={"x-auth-token": "bob:proj"})
     assert r.status_code == 403
+
+
+def test_a_reshape_to_a_capacity_beyond_int64_keeps_the_engine_answering(
+        client: TestClient) -> None:
+    host = Host(client)
+    body = host.body()
+    body["inventories"][host.child]["inventories"]["VCPU"] = {
+        "total": 2147483647, "allocation_ratio": 1e30}
+    r = client.post("/reshaper", json=body)
+    assert r.status_code == 204, r.text
+    r = client.get("/allocation_candidates?resources=VCPU:1")
+    assert r.status_code == 200, r.text
+    assert r.json()["provider_summaries"][host.child]["resources"]["VCPU"]["used"] == 9
+    r = client.post("/strato/v1/schedule", json={
+        "consumers": [str(uuid.uuid4())], "project_id": PROJECT, "user_id": USER,
+        "groups": [{"resources": {"VCPU": 1}}]})
+    assert r.status_code == 200, r.text
+    assert client.get("/strato/v1/summary").status_code == 200

@@ -224,3 +224,18 @@ def test_summary_lists_standard_traits_before_custom_ones(client: TestClient,
             ("COMPUTE_NODE", "HW_NUMA_ROOT", "CUSTOM_FOO")]
     finally:
         engine.close()
+
+
+def test_a_store_with_a_capacity_beyond_int64_loads(client: TestClient,
+                                                    sqlite_database: Database) -> None:
+    # What a zone does as it starts: a full load of the store.
+    cloud = Cloud(client)
+    huge = cloud.host("huge", VCPU={"total": 2147483647, "allocation_ratio": 3.40282e38})
+    cn1 = cloud.host("cn1", VCPU=8)
+    engine = Engine(sqlite_database)
+    try:
+        engine.refresh()
+        assert engine.loaded
+        assert _set(_used(engine, VCPU1)) == {frozenset({huge}), frozenset({cn1})}
+    finally:
+        engine.close()

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from strato.engine.hosts import HostArrays
 from strato.engine.index import ProviderIndex
 from strato.engine.records import InventoryRecord, ProviderRecord
-from strato.zone import summary
+from strato.zone import protocol, summary
+from strato.zone.protocol import MAX_COUNT
 from tests.engine.worlds import move_usage
 
 TRAIT = "HW_CPU_X86_AVX2"
@@ -98,3 +99,24 @@ def test_a_claim_is_caught_up_not_recomputed() -> None:
     assert index.derived[summary._KEPT] is kept  # the same state, caught up
     assert after["classes"]["VCPU"]["used"] == first["classes"]["VCPU"]["used"] + 13
     assert after == _afresh(index, excluded)
+
+
+def test_a_pool_beyond_what_a_zone_sends_is_sent_as_max_count() -> None:
+    # 2,000 providers of 2**53 each (Placement accepts far more): their sum
+    # overflows int64 and exceeds what a zone may send.
+    world = [ProviderRecord(uuid=f"00000000-0000-4000-8000-{i:012d}",
+                            inventories={"VCPU": InventoryRecord(
+                                total=2**31 - 1, allocation_ratio=3.40282e38)},
+                            used={"VCPU": 5})
+             for i in range(2000)]
+    index = ProviderIndex.build(world)
+    own = summary.own_summary(index, _arrays(index), np.zeros(index.size, dtype=bool))
+    vcpu = own["classes"]["VCPU"]
+    assert vcpu["capacity"] == vcpu["max_capacity"] == MAX_COUNT
+    assert vcpu["largest_free"] == MAX_COUNT - 5
+    assert vcpu["used"] == 10_000
+    merged = summary.merge([own, own])
+    for one in (own, merged):
+        protocol.Summary.model_validate({"zone": "z", **one})
+    assert merged["classes"]["VCPU"]["capacity"] == MAX_COUNT
+    assert merged["classes"]["VCPU"]["used"] == 20_000
