@@ -637,6 +637,10 @@ class LocalScheduler:
                 raise _LostRace()
             if rule.type == "affinity" and existing and any(d not in existing for d in mine):
                 raise _LostRace()
+            if rule.type == "affinity" and group == req.group and len(existing) > 1:
+                # Members joined elsewhere since the plan: every member in one
+                # domain no longer holds (the plan on a fresh view refuses).
+                raise _LostRace()
 
     def claim_placements(self, body: dict[str, Any]) -> dict[str, Any]:
         """Claim exactly the given placements (a parent zone chose them): all or

@@ -123,3 +123,36 @@ def test_a_soft_rule_costs_no_instance_when_not_atomic(tmp_path: Path) -> None:
         assert rooms(r.json()) == ["room1", "room2"] and r.json()["relaxed"] == []
     run(tmp_path, scenario, zones=ONE_ZONE, hosts=0)
 
+
+def test_affinity_to_a_group_already_in_two_rooms(tmp_path: Path) -> None:
+    """Hard affinity cannot join a group whose members are in two rooms (every
+    member would share one): refused, naming the rule and the rooms; a soft
+    rule is relaxed and reported."""
+    async def scenario(tree: InProcessTree) -> None:
+        await two_rooms(tree)
+        c = tree.client("global")
+        r = await c.post("/strato/v1/schedule", json=req(
+            2, vcpu=1, group="web4", constraints=[{"type": "anti_affinity", "level": "room"}]))
+        assert r.status_code == 200, r.text
+        assert rooms(r.json()) == ["room1", "room2"]
+        for dry in (False, True):
+            r = await c.post("/strato/v1/schedule", json=req(
+                3, vcpu=1, group="web4", dry_run=dry,
+                constraints=[{"type": "affinity", "level": "room"}]))
+            assert r.status_code == 409, r.text
+            err = r.json()["errors"][0]
+            assert err["code"] == "strato.no_valid_placement"
+            assert "affinity web4@room" in err["detail"], err
+            assert "dfw/room1" in err["detail"] and "dfw/room2" in err["detail"], err
+        r = await c.post("/strato/v1/schedule", json=req(
+            3, vcpu=1, group="web4",
+            constraints=[{"type": "affinity", "level": "room", "hard": False}]))
+        assert r.status_code == 200, r.text
+        assert len(r.json()["placements"]) == 3
+        assert [x["rule"] for x in r.json()["relaxed"]] == ["affinity web4@room"]
+        # Affinity to another group follows its members: either room will do.
+        r = await c.post("/strato/v1/schedule", json=req(
+            1, vcpu=1, group="app",
+            constraints=[{"type": "affinity", "group": "web4", "level": "room"}]))
+        assert r.status_code == 200, r.text
+    run(tmp_path, scenario, zones=ONE_ZONE, hosts=0)
