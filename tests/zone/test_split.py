@@ -579,3 +579,36 @@ def test_soft_anti_affinity_at_the_room_level_is_relaxed_across_room_cells(tmp_p
         assert r.status_code == 200, r.text
         assert rooms(r.json()) == {"room1": 1, "room2": 1} and r.json()["relaxed"] == []
     run(tmp_path, in_rooms(scenario), zones=ROOMS, hosts=0)
+
+
+def test_affinity_to_a_group_already_in_two_room_cells(tmp_path: Path) -> None:
+    """The members are in both rooms: hard affinity (every member in one
+    room) cannot hold, at the root or at dfw; soft is placed and relaxed, as
+    in one zone (tests/zone/test_scheduler.py)."""
+    async def scenario(tree: InProcessTree) -> None:
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(
+            2, vcpu=1, group="web4", constraints=[{"type": "anti_affinity", "level": "room"}]))
+        assert r.status_code == 200, r.text
+        assert rooms(r.json()) == {"room1": 1, "room2": 1}
+        for zone in ("global", "dfw"):
+            for dry in (False, True):
+                r = await tree.client(zone).post("/strato/v1/schedule", json=req(
+                    3, vcpu=1, group="web4", dry_run=dry,
+                    constraints=[{"type": "affinity", "level": "room"}]))
+                assert r.status_code == 409, r.text
+                err = r.json()["errors"][0]
+                assert err["code"] == "strato.no_valid_placement"
+                assert "affinity web4@room" in err["detail"], err
+                assert "dfw/room1" in err["detail"] and "dfw/room2" in err["detail"], err
+        for zone in ("global", "dfw"):
+            r = await tree.client(zone).post("/strato/v1/schedule", json=req(
+                3, vcpu=1, group="web4",
+                constraints=[{"type": "affinity", "level": "room", "hard": False}]))
+            assert r.status_code == 200, r.text
+            assert len(r.json()["placements"]) == 3
+            assert [x["rule"] for x in r.json()["relaxed"]] == ["affinity web4@room"]
+        # Nothing of the refusals is remembered against a cell: a plain request
+        # of the same shape is placed.
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(3, vcpu=1))
+        assert r.status_code == 200, r.text
+    run(tmp_path, in_rooms(scenario), zones=ROOMS, hosts=0)
