@@ -209,6 +209,16 @@ def rule_masks(index: ProviderIndex, hosts: HostArrays, rules: list[Constraint],
             group = rule.group or default_group or ""
             allowed, spread = spread_mask(index, hosts, rule, group, members.get(group, {}),
                                           levels)
-        out.append(RuleMask(index=i, rule=rule, allowed=allowed,
-                            reason=describe(rule, group), spread=spread))
+        reason = describe(rule, group)
+        if (spread is not None and spread.kind is SpreadKind.AFFINITY and group
+                and group == default_group and len(spread.existing) > 1):
+            # The request joins a group already in several domains: every
+            # member in one domain cannot hold, wherever the new ones go.
+            allowed = np.zeros(index.size, dtype=bool)
+            if rule.hard:
+                # A soft rule is dropped, and named in `relaxed` as written.
+                reason += (f" (members already in {len(spread.existing)} {spread.level}s: "
+                           f"{', '.join(sorted(spread.existing))})")
+        out.append(RuleMask(index=i, rule=rule, allowed=allowed, reason=reason,
+                            spread=spread))
     return out

@@ -12,9 +12,12 @@ take room away, so what did not fit still does not.
 A request *dominates* a remembered failure when it asks at least as much of
 every class, of the same kinds of providers (traits, aggregates, trees), with
 the same static rules (location, tags), for at least as many instances. Rules
-that depend on a group's members (affinity, anti-affinity) change with other
-requests, so those requests are not remembered. Soft rules do not matter: a
-refusal comes only after all of them were dropped.
+that depend on a group's members (affinity, anti-affinity, spread) change with
+other requests, so those requests are not remembered, soft ones too: a child
+that routes keeps such a rule above its own children by how it divides the
+request, so its refusal says what that division found, not only how much room
+there is. Soft static rules do not matter: a refusal comes only after all of
+them were dropped.
 
 Like summaries, this is a hint: a remembered failure only ever prunes, and a
 parent that finds nothing else widens to the pruned children with fresh
@@ -44,7 +47,7 @@ class Shape:
 
 def shape_of(req: ScheduleRequest) -> Shape | None:
     """The request's shape, or None if it cannot be remembered (spread rules)."""
-    if any(isinstance(c, SpreadRuleSpec) for c in req.constraints if c.hard):
+    if any(isinstance(c, SpreadRuleSpec) for c in req.constraints):
         return None
     groups = []
     amounts: list[int] = []

@@ -140,6 +140,10 @@ class Planner:
         # lowest weight one at a time. Below every soft rule comes `spare`
         # (the hosts without a rare feature the request does not ask for): a
         # perfect match tries those hosts first, and it is the first dropped.
+        # A soft rule never costs an instance either: atomic=false goes on
+        # dropping while a plan leaves some out, and keeps the one that
+        # places the most (the fewest rules dropped among equals).
+        best: tuple[list[Option], Assignment, list[RuleMask], list[RuleMask]] | None = None
         for keep in range(len(soft), -1, -1):
             active, dropped = soft[:keep], soft[keep:]
             allowed = base
@@ -158,12 +162,17 @@ class Planner:
             if found is None:
                 found = self._assign(req, index, hosts, groups, scorer, allowed,
                                      hard + active, dropped, count)
-            if found is not None:
-                options, assignment = found
-                explain = (self._explain(index, groups, stale_rows, hard + active)
-                           if req.explain else None)
-                # In the order they were dropped: lowest weight first.
-                return Plan(options, assignment, relaxed=dropped[::-1], explain=explain)
+            if found is not None and (
+                    best is None or len(found[1].choices) > len(best[1].choices)):
+                best = (*found, active, dropped)
+            if best is not None and len(best[1].choices) >= count:
+                break
+        if best is not None:
+            options, assignment, active, dropped = best
+            explain = (self._explain(index, groups, stale_rows, hard + active)
+                       if req.explain else None)
+            # In the order they were dropped: lowest weight first.
+            return Plan(options, assignment, relaxed=dropped[::-1], explain=explain)
         spent = builder.spent()
         if spent is not None:
             # The search stopped before it could tell: say so, not a filter.
@@ -642,6 +651,10 @@ class LocalScheduler:
             if rule.type == "anti_affinity" and any(d in existing for d in mine):
                 raise _LostRace()
             if rule.type == "affinity" and existing and any(d not in existing for d in mine):
+                raise _LostRace()
+            if rule.type == "affinity" and group == req.group and len(existing) > 1:
+                # Members joined elsewhere since the plan: every member in one
+                # domain no longer holds (the plan on a fresh view refuses).
                 raise _LostRace()
 
     def claim_placements(self, body: dict[str, Any]) -> dict[str, Any]:

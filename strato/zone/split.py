@@ -209,6 +209,27 @@ def add_placements(occ: Occupancy, req: ScheduleRequest, kids: Sequence[Child],
                 occ.setdefault(i, Counter())[d] += 1
 
 
+def scattered(req: ScheduleRequest, i: int, rule: SpreadRuleSpec, occ: Occupancy | None
+              ) -> list[str]:
+    """The domains of an affinity rule's group when the request joins that group
+    and its members are already in more than one (every member in one domain
+    cannot hold, wherever the new ones go); else []."""
+    if rule.type != "affinity" or not req.group or (rule.group or req.group) != req.group:
+        return []
+    found = sorted(d for d, c in (occ or {}).get(i, Counter()).items() if c > 0)
+    return found if len(found) > 1 else []
+
+
+def relax_scattered(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSpec]],
+                    occ: Occupancy | None, answer: dict[str, Any]) -> dict[str, Any]:
+    """`answer` with the soft affinity rules whose group is already scattered
+    in `relaxed` (a child, seeing only its own members, may not say so)."""
+    seen = {x.get("index") for x in answer.get("relaxed", [])}
+    more = [_relaxed(i, r, req) for i, r in wide
+            if not r.hard and i not in seen and scattered(req, i, r, occ)]
+    return {**answer, "relaxed": [*answer.get("relaxed", []), *more]} if more else answer
+
+
 def allowed(req: ScheduleRequest, kids: Sequence[Child],
             wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy, unknown: set[str],
             outcomes: list[Outcome]) -> list[Child]:
@@ -234,6 +255,10 @@ def allowed(req: ScheduleRequest, kids: Sequence[Child],
                 elif any(domain(u, r.level) == d for u in kids if u.name in unknown):
                     why = (Result.UNAVAILABLE, f"group {g}: the members in {r.level} {d} "
                            "could not be read (a zone did not answer)")
+            elif (apart := scattered(req, i, r, occ)):
+                why = (Result.PRUNED, f"affinity {g}@{r.level}: members already in "
+                       f"{len(apart)} {r.level}s ({', '.join(apart)}), so not every member "
+                       f"can share one (hard affinity)")
             elif occ.get(i) and d not in occ[i]:
                 why = (Result.PRUNED, f"group {g} has its members in {r.level} "
                        f"{', '.join(sorted(occ[i]))} (hard affinity)")

@@ -892,13 +892,14 @@ class ZoneTree:
                      attempt: Attempt | None) -> tuple[dict[str, Any] | None, list[Outcome]]:
         """Place `req` here or below: (the answer or None, what each zone said)."""
         wide = split.wide_rules(req, kids)
-        if not any(r.hard for _, r in wide):
-            # No rule above a child that must hold: earlier members do not
-            # constrain this request (soft rules spread its own instances).
-            return await self._place_in(req, kids, attempt, None)
-        # Rules above a child are this zone's to keep: one request per group at
-        # a time reads where the group's members are, and places new ones.
         groups = split.rule_groups(req, wide)
+        if not groups and not any(r.hard for _, r in wide):
+            # No rule above a child about a group, none that must hold: only
+            # the request's own instances count.
+            return await self._place_in(req, kids, attempt, None)
+        # Rules above a child are this zone's to keep, soft ones too: one
+        # request per group at a time reads where the group's members are,
+        # and places new ones.
         async with self._group_locks.hold(groups):
             found = {}
             for g in groups:
@@ -907,6 +908,8 @@ class ZoneTree:
             first: list[Outcome] = []
             kids = split.allowed(req, kids, wide, occ, unknown, first)
             answer, outcomes = await self._place_in(req, kids, attempt, occ)
+            if answer is not None:
+                answer = split.relax_scattered(req, wide, occ, answer)
             return answer, first + outcomes
 
     async def _place_in(self, req: ScheduleRequest, kids: Sequence[Child],

@@ -1,13 +1,14 @@
-"""Rare features and the spare mask (strato.engine.constraints)."""
+"""Rare features and the spare mask, and rule masks (strato.engine.constraints)."""
 
 from __future__ import annotations
 
 import uuid
 
-from strato.engine.constraints import rare_features, spare_mask
+from strato.engine.constraints import rare_features, rule_masks, spare_mask
 from strato.engine.hosts import HostArrays, HostView
 from strato.engine.index import ProviderIndex
 from strato.engine.records import InventoryRecord, ProviderRecord
+from strato.model.schedule import DEFAULT_LEVELS, SpreadRuleSpec
 
 CPU = {"VCPU": InventoryRecord(total=8)}
 NAMES: dict[str, str] = {}
@@ -78,3 +79,36 @@ def test_a_class_added_to_a_host_makes_it_rare() -> None:
         **CPU, "VGPU": InventoryRecord(total=2)})], ())
     plain = spare_mask(index, hosts, frozenset({("class", "VCPU")}))
     assert plain is not None and rows(index, ~plain) == {"h3"}
+
+
+def in_two_rooms() -> tuple[ProviderIndex, HostArrays]:
+    """h0, h1 in dfw/room1 and h2, h3 in dfw/room2."""
+    recs = [ProviderRecord(uuid=u(f"h{i}"), inventories=CPU) for i in range(4)]
+    index = ProviderIndex.build(recs)
+    view = HostView()
+    view.load_static((u(f"h{i}"), ("dfw", f"room{i // 2 + 1}", f"rack{i}", f"h{i}"), ())
+                     for i in range(4))
+    return index, view.arrays(index)
+
+
+def test_affinity_cannot_join_a_group_already_in_two_domains() -> None:
+    index, hosts = in_two_rooms()
+    split = {"web4": {"m1": {u("h0")}, "m2": {u("h2")}}}
+    rule = {"type": "affinity", "level": "room"}
+    [hard] = rule_masks(index, hosts, [SpreadRuleSpec.model_validate(rule)], "web4", split,
+                        DEFAULT_LEVELS)
+    # Every member in one room cannot hold whatever the new ones do: no host.
+    assert rows(index, hard.allowed) == set()
+    assert hard.reason == "affinity web4@room (members already in 2 rooms: dfw/room1, dfw/room2)"
+    [soft] = rule_masks(index, hosts, [SpreadRuleSpec.model_validate({**rule, "hard": False})],
+                        "web4", split, DEFAULT_LEVELS)
+    assert rows(index, soft.allowed) == set() and soft.reason == "affinity web4@room"
+    # Members in one room: that room. Affinity to another group (the new ones
+    # do not join it) follows its members, wherever they are.
+    one = {"web4": {"m1": {u("h0")}}}
+    [kept] = rule_masks(index, hosts, [SpreadRuleSpec.model_validate(rule)], "web4", one,
+                        DEFAULT_LEVELS)
+    assert rows(index, kept.allowed) == {"h0", "h1"}
+    [other] = rule_masks(index, hosts, [SpreadRuleSpec.model_validate(
+        {**rule, "group": "web4"})], "app", split, DEFAULT_LEVELS)
+    assert rows(index, other.allowed) == {"h0", "h1", "h2", "h3"}

@@ -40,11 +40,28 @@ def test_group_rules_are_not_remembered() -> None:
     spread = request(1, constraints=[{"type": "anti_affinity", "level": "rack"}],
                      group="web")
     assert shape_of(spread) is None
-    soft = request(1, constraints=[{"type": "anti_affinity", "level": "rack",
-                                    "hard": False}], group="web")
-    assert shape_of(soft) == shape_of(request(1))
     tagged = request(1, constraints=[{"type": "tags", "required": ["hipaa"]}])
     assert shape_of(tagged) != shape_of(request(1))
+
+
+def test_soft_group_rules_are_not_remembered_either() -> None:
+    """A routing zone keeps a soft rule above its children by how it divides
+    the request: its refusal says what that division found, not only how much
+    room there is. Remembered under the shape without the rule, it blocked
+    every request of that shape (a soft room anti-affinity refused as if hard
+    was then "refused as much before" for a plain request too)."""
+    memory = FailureMemory()
+    for rule in ({"type": "anti_affinity", "level": "room", "hard": False},
+                 {"type": "affinity", "level": "room", "hard": False},
+                 {"type": "spread", "level": "room", "hard": False}):
+        soft = request(2, 4096, n=3, constraints=[rule], group="web5")
+        assert shape_of(soft) is None
+        memory.note("dfw", shape_of(soft), 7, Refusal("the children could take 2 of 3", None))
+        assert memory.blocks("dfw", shape_of(request(2, 4096, n=3)), 7) is None
+    # Soft static rules still do not matter: they are dropped before a refusal.
+    located = request(1, constraints=[{"type": "location", "pattern": "lon/*",
+                                       "hard": False}])
+    assert shape_of(located) == shape_of(request(1))
 
 
 def test_tree_stops_asking_a_packed_child_until_it_frees_room(tmp_path: Path) -> None:

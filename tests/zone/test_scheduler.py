@@ -1,10 +1,12 @@
 """LocalScheduler: the own summary a routing zone reads on every request is
-kept while nothing it was computed from changes, and never after."""
+kept while nothing it was computed from changes, and never after; and the
+rules of one zone (its own providers) as docs/schedule.md states them."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from strato.engine import hosts as host_view
 from strato.store import changes
@@ -80,3 +82,77 @@ def test_the_own_summary_is_kept_until_the_store_or_the_stale_set_changes(
         assert root.local.summary_now() is None
         assert (await root.own_summary())["classes"]["VCPU"]["capacity"] == 24
     run(tmp_path, scenario, zones=ZONES, hosts=1)
+
+
+# -- rules in one zone: two rooms of two hosts ---------------------------------------------
+
+ONE_ZONE = [ZoneSpec("global", location_prefix="dfw")]
+
+
+async def two_rooms(tree: InProcessTree) -> None:
+    c = tree.client("global")
+    for room in (1, 2):
+        for i in range(2):
+            await host(c, f"r{room}h{i}", f"dfw/room{room}/rack{i}/r{room}h{i}")
+
+
+def rooms(answer: dict[str, Any]) -> list[str]:
+    return sorted(p["location"].split("/")[1] for p in answer["placements"])
+
+
+def test_a_soft_rule_costs_no_instance_when_not_atomic(tmp_path: Path) -> None:
+    """atomic=false places what fits: a soft rule is relaxed to place more,
+    not kept at the cost of instances (a routing zone counts on it when it
+    asks its children how many they could take)."""
+    async def scenario(tree: InProcessTree) -> None:
+        await two_rooms(tree)
+        rule = {"type": "anti_affinity", "level": "room", "hard": False}
+        for dry in (True, False):
+            r = await tree.client("global").post("/strato/v1/schedule", json=req(
+                3, vcpu=2, group=f"w{dry}", constraints=[rule], atomic=False, dry_run=dry))
+            assert r.status_code == 200, r.text
+            answer = r.json()
+            assert rooms(answer) in (["room1", "room1", "room2"],
+                                     ["room1", "room2", "room2"]), answer["placements"]
+            assert answer["unplaced"] == []
+            assert [x["rule"] for x in answer["relaxed"]] == [f"anti_affinity w{dry}@room"]
+        # What the rule allows is kept: two go one per room, nothing relaxed.
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(
+            2, vcpu=2, group="two", constraints=[rule], atomic=False))
+        assert r.status_code == 200, r.text
+        assert rooms(r.json()) == ["room1", "room2"] and r.json()["relaxed"] == []
+    run(tmp_path, scenario, zones=ONE_ZONE, hosts=0)
+
+
+def test_affinity_to_a_group_already_in_two_rooms(tmp_path: Path) -> None:
+    """Hard affinity cannot join a group whose members are in two rooms (every
+    member would share one): refused, naming the rule and the rooms; a soft
+    rule is relaxed and reported."""
+    async def scenario(tree: InProcessTree) -> None:
+        await two_rooms(tree)
+        c = tree.client("global")
+        r = await c.post("/strato/v1/schedule", json=req(
+            2, vcpu=1, group="web4", constraints=[{"type": "anti_affinity", "level": "room"}]))
+        assert r.status_code == 200, r.text
+        assert rooms(r.json()) == ["room1", "room2"]
+        for dry in (False, True):
+            r = await c.post("/strato/v1/schedule", json=req(
+                3, vcpu=1, group="web4", dry_run=dry,
+                constraints=[{"type": "affinity", "level": "room"}]))
+            assert r.status_code == 409, r.text
+            err = r.json()["errors"][0]
+            assert err["code"] == "strato.no_valid_placement"
+            assert "affinity web4@room" in err["detail"], err
+            assert "dfw/room1" in err["detail"] and "dfw/room2" in err["detail"], err
+        r = await c.post("/strato/v1/schedule", json=req(
+            3, vcpu=1, group="web4",
+            constraints=[{"type": "affinity", "level": "room", "hard": False}]))
+        assert r.status_code == 200, r.text
+        assert len(r.json()["placements"]) == 3
+        assert [x["rule"] for x in r.json()["relaxed"]] == ["affinity web4@room"]
+        # Affinity to another group follows its members: either room will do.
+        r = await c.post("/strato/v1/schedule", json=req(
+            1, vcpu=1, group="app",
+            constraints=[{"type": "affinity", "group": "web4", "level": "room"}]))
+        assert r.status_code == 200, r.text
+    run(tmp_path, scenario, zones=ONE_ZONE, hosts=0)

@@ -530,3 +530,85 @@ def test_concurrent_duplicates_of_a_gang_over_own_hosts_place_it_once(tmp_path: 
         assert own_used(tree) == 16
         assert await used(tree, "dfw") + await used(tree, "ord") == 32
     run(tmp_path, with_own_hosts(scenario), hosts=2)
+
+
+# -- rules at a level above cells that are one room each ----------------------------------
+
+ROOMS = [ZoneSpec("global"), ZoneSpec("dfw", parent="global", location_prefix="dfw"),
+         ZoneSpec("dfw-r1", parent="dfw", location_prefix="dfw/room1"),
+         ZoneSpec("dfw-r2", parent="dfw", location_prefix="dfw/room2")]
+
+
+def in_rooms(scenario: Callable[[InProcessTree], Awaitable[None]]
+             ) -> Callable[[InProcessTree], Awaitable[None]]:
+    """Two 8-VCPU hosts in each room cell, one per rack."""
+    async def wrapped(tree: InProcessTree) -> None:
+        for cell in ("dfw-r1", "dfw-r2"):
+            prefix = tree.specs[cell].location_prefix
+            for i in range(2):
+                await host(tree.client(cell), f"{cell}-h{i}", f"{prefix}/rack{i}/{cell}-h{i}")
+        for z in ("dfw", "global"):
+            await zt(tree, z).refresh(fresh=True)
+        await scenario(tree)
+    return wrapped
+
+
+def rooms(answer: dict[str, Any]) -> Counter[str]:
+    return Counter(p["location"].split("/")[1] for p in answer["placements"])
+
+
+def test_soft_anti_affinity_at_the_room_level_is_relaxed_across_room_cells(tmp_path: Path
+                                                                           ) -> None:
+    """Each cell is one room: three instances under a soft room rule go two
+    and one, with the rule reported relaxed (it was refused as if hard)."""
+    async def scenario(tree: InProcessTree) -> None:
+        rule = {"type": "anti_affinity", "level": "room", "hard": False}
+        for zone in ("dfw", "global"):
+            for dry in (True, False):
+                body = req(3, vcpu=2, group=f"web-{zone}-{dry}", constraints=[rule],
+                           dry_run=dry)
+                r = await tree.client(zone).post("/strato/v1/schedule", json=body)
+                assert r.status_code == 200, r.text
+                answer = r.json()
+                assert sorted(rooms(answer).values()) == [1, 2], answer["placements"]
+                assert [x["rule"] for x in answer["relaxed"]] == [
+                    f"anti_affinity web-{zone}-{dry}@room"], answer["relaxed"]
+        # Two fit one per room: nothing relaxed.
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(
+            2, vcpu=2, group="two", constraints=[rule]))
+        assert r.status_code == 200, r.text
+        assert rooms(r.json()) == {"room1": 1, "room2": 1} and r.json()["relaxed"] == []
+    run(tmp_path, in_rooms(scenario), zones=ROOMS, hosts=0)
+
+
+def test_affinity_to_a_group_already_in_two_room_cells(tmp_path: Path) -> None:
+    """The members are in both rooms: hard affinity (every member in one
+    room) cannot hold, at the root or at dfw; soft is placed and relaxed, as
+    in one zone (tests/zone/test_scheduler.py)."""
+    async def scenario(tree: InProcessTree) -> None:
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(
+            2, vcpu=1, group="web4", constraints=[{"type": "anti_affinity", "level": "room"}]))
+        assert r.status_code == 200, r.text
+        assert rooms(r.json()) == {"room1": 1, "room2": 1}
+        for zone in ("global", "dfw"):
+            for dry in (False, True):
+                r = await tree.client(zone).post("/strato/v1/schedule", json=req(
+                    3, vcpu=1, group="web4", dry_run=dry,
+                    constraints=[{"type": "affinity", "level": "room"}]))
+                assert r.status_code == 409, r.text
+                err = r.json()["errors"][0]
+                assert err["code"] == "strato.no_valid_placement"
+                assert "affinity web4@room" in err["detail"], err
+                assert "dfw/room1" in err["detail"] and "dfw/room2" in err["detail"], err
+        for zone in ("global", "dfw"):
+            r = await tree.client(zone).post("/strato/v1/schedule", json=req(
+                3, vcpu=1, group="web4",
+                constraints=[{"type": "affinity", "level": "room", "hard": False}]))
+            assert r.status_code == 200, r.text
+            assert len(r.json()["placements"]) == 3
+            assert [x["rule"] for x in r.json()["relaxed"]] == ["affinity web4@room"]
+        # Nothing of the refusals is remembered against a cell: a plain request
+        # of the same shape is placed.
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(3, vcpu=1))
+        assert r.status_code == 200, r.text
+    run(tmp_path, in_rooms(scenario), zones=ROOMS, hosts=0)
