@@ -113,6 +113,9 @@ def strato_error_response(exc: errors.StratoError, request_id: str | None,
     explain = getattr(exc, "explain", None)
     if explain is not None:
         body["explain"] = explain
+    if getattr(exc, "replayed", False):
+        # The answer kept for the request id (a refusal too): a new id tries again.
+        body["replayed"] = True
     return json_response(body, exc.status, headers)
 
 

@@ -65,9 +65,12 @@ class NoValidPlacement(errors.Conflict):
 
     CODE = NO_VALID_PLACEMENT
 
-    def __init__(self, detail: str, explain: dict[str, Any]) -> None:
+    def __init__(self, detail: str, explain: dict[str, Any], *,
+                 replayed: bool = False) -> None:
         super().__init__(detail, NO_VALID_PLACEMENT)
         self.explain = explain
+        # The answer kept for the request id, given again (the body says so).
+        self.replayed = replayed
 
 
 def _moved(claims: Sequence[ConsumerClaim],
@@ -716,11 +719,12 @@ class LocalScheduler:
     def _replay(self, found: tuple[int, dict[str, Any]]) -> dict[str, Any]:
         status, body = found
         if status == ledger.State.CANCELLED:
-            raise errors.Conflict("request_id was cancelled: whatever it placed was undone",
+            raise errors.Conflict("request_id was cancelled: whatever it placed was undone; "
+                                  "send a new request_id to place again",
                                   errors.REQUEST_CANCELLED)
         if status != 200:
             raise NoValidPlacement(body.get("detail", "no valid placement"),
-                                   body.get("explain") or {})
+                                   body.get("explain") or {}, replayed=True)
         return {**body, "replayed": True}
 
     def record_failure(self, req: ScheduleRequest, exc: NoValidPlacement) -> None:

@@ -1596,12 +1596,13 @@ def _replay(entry: ledger.Entry) -> dict[str, Any]:
     if entry.state == State.CANCELLED:
         raise _cancelled(entry.request_id)
     raise NoValidPlacement(entry.body.get("detail", "no valid placement"),
-                           entry.body.get("explain") or {})
+                           entry.body.get("explain") or {}, replayed=True)
 
 
 def _cancelled(request_id: str) -> errors.Conflict:
     return errors.Conflict(f"request_id {request_id} was cancelled: whatever it placed was "
-                           "undone", errors.REQUEST_CANCELLED)
+                           "undone; send a new request_id to place again",
+                           errors.REQUEST_CANCELLED)
 
 
 def _mean_score(answer: dict[str, Any]) -> float:

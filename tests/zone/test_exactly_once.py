@@ -251,9 +251,18 @@ def test_a_full_tree_is_a_definite_refusal_and_kept(tmp_path: Path) -> None:
         r = await tree.client("global").post("/strato/v1/schedule", json=b)
         assert r.status_code == 409, r.text
         assert r.json()["errors"][0]["code"] == "strato.no_valid_placement"
+        assert "replayed" not in r.json()
         again = await tree.client("global").post("/strato/v1/schedule", json=b)
         assert again.status_code == 409
         assert again.json()["errors"][0]["detail"] == r.json()["errors"][0]["detail"]
+        # Said to be the kept answer, as a replayed placement is.
+        assert again.json()["replayed"] is True
+        # At a zone without children too.
+        b = req(1, vcpu=64, request_id="too-big-here")
+        r = await tree.client("dfw-r1").post("/strato/v1/schedule", json=b)
+        assert r.status_code == 409 and "replayed" not in r.json(), r.text
+        again = await tree.client("dfw-r1").post("/strato/v1/schedule", json=b)
+        assert again.status_code == 409 and again.json()["replayed"] is True, again.text
     run(tmp_path, scenario)
 
 
