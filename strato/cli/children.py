@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from strato.cli import hints
 from strato.cli.schedule import JSON, TOKEN, URL
 
 children_app = typer.Typer(help="A zone's child zones: list, add, remove.",
@@ -27,7 +28,7 @@ def _call(method: str, url: str, path: str, token: str, body: Any = None) -> htt
         return httpx.request(method, url.rstrip("/") + path, json=body, timeout=30,
                              headers={"x-auth-token": token})
     except httpx.HTTPError as exc:
-        err.print(f"[red]{url} could not be reached[/]: {exc}", soft_wrap=True)
+        err.print(f"[red]{hints.unreachable(url, exc)}[/]", soft_wrap=True)
         raise typer.Exit(3) from None
 
 
@@ -36,7 +37,8 @@ def _failed(r: httpx.Response) -> None:
         detail = r.json()["errors"][0]["detail"]
     except (ValueError, KeyError, IndexError, TypeError):
         detail = r.text[:300]
-    err.print(f"[red]HTTP {r.status_code}[/]: {detail}", soft_wrap=True)
+    err.print(f"[red]HTTP {r.status_code}[/]: {detail}{hints.refused(r.status_code)}",
+              soft_wrap=True)
     raise typer.Exit(1)
 
 

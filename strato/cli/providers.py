@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from strato.cli import hints
 from strato.cli.schedule import JSON, TOKEN, URL
 
 providers_app = typer.Typer(
@@ -72,10 +73,11 @@ def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool
         r = httpx.get(f"{zone_url.rstrip('/')}/strato/v1/providers", params=params,
                       headers={"x-auth-token": token}, timeout=30)
     except httpx.HTTPError as exc:
-        typer.echo(f"strato providers: {zone_url} unreachable: {exc}", err=True)
+        typer.echo(f"strato providers: {hints.unreachable(zone_url, exc)}", err=True)
         raise typer.Exit(1) from None
     if r.status_code != 200:
-        typer.echo(f"strato providers: HTTP {r.status_code}: {r.text[:300]}", err=True)
+        typer.echo(f"strato providers: HTTP {r.status_code}: {r.text[:300]}"
+                   f"{hints.refused(r.status_code)}", err=True)
         raise typer.Exit(1)
     body = r.json()
     console = Console()
@@ -121,7 +123,7 @@ class _Zone:
         try:
             r = self.client.request(method, path, json=body)
         except httpx.HTTPError as exc:
-            err.print(f"[red]{self.url} could not be reached[/]: {exc}", soft_wrap=True)
+            err.print(f"[red]{hints.unreachable(self.url, exc)}[/]", soft_wrap=True)
             raise typer.Exit(3) from None
         if r.status_code not in ok:
             _failed(r)
@@ -134,7 +136,7 @@ class _Zone:
         try:
             r = self.client.get("/resource_providers", params={"name": ident})
         except httpx.HTTPError as exc:
-            err.print(f"[red]{self.url} could not be reached[/]: {exc}", soft_wrap=True)
+            err.print(f"[red]{hints.unreachable(self.url, exc)}[/]", soft_wrap=True)
             raise typer.Exit(3) from None
         if r.status_code != 200:
             _failed(r)
@@ -151,8 +153,8 @@ def _failed(r: httpx.Response) -> None:
         detail, code = str(e.get("detail")), e.get("code")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         detail, code = r.text[:300], None
-    err.print(f"[red]HTTP {r.status_code}[/]{f' ({code})' if code else ''}: {detail}",
-              soft_wrap=True)
+    err.print(f"[red]HTTP {r.status_code}[/]{f' ({code})' if code else ''}: {detail}"
+              f"{hints.refused(r.status_code)}", soft_wrap=True)
     raise typer.Exit(3 if r.status_code == 503 else 1)
 
 

@@ -15,6 +15,7 @@ import httpx
 import typer
 from rich.console import Console
 
+from strato.cli import hints
 from strato.cli.schedule import TOKEN, URL
 
 console = Console()
@@ -46,7 +47,7 @@ def release(consumers: list[str] = typer.Argument(..., help="Consumer UUIDs."),
             try:
                 r = client.delete(f"/allocations/{c}")
             except httpx.HTTPError as exc:
-                err.print(f"[red]{url} could not be reached[/]: {exc}; retry")
+                err.print(f"[red]{hints.unreachable(url, exc)}[/]", soft_wrap=True)
                 raise typer.Exit(3) from None
             if r.status_code == 204:
                 console.print(f"released {c}")

@@ -26,6 +26,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from strato.cli import hints
+
 DEFAULT_URL = "http://127.0.0.1:8780"
 NO_VALID_PLACEMENT = "strato.no_valid_placement"
 # Host names are looked up for the placements table; past this many distinct
@@ -358,7 +360,7 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
             ok = r.status_code == 200
             names = host_names(c, r.json()) if ok and not as_json else {}
     except httpx.HTTPError as exc:
-        err.print(f"[red]{url} unreachable[/]: {exc}")
+        err.print(f"[red]{hints.unreachable(url, exc)}[/]", soft_wrap=True)
         return 1
     if as_json:
         try:
@@ -381,7 +383,7 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
     if r.status_code == 400:
         err.print(f"[red]invalid request[/] (HTTP 400): {detail}")
         return 2
-    err.print(f"[red]HTTP {r.status_code}[/] {code}: {detail}")
+    err.print(f"[red]HTTP {r.status_code}[/] {code}: {detail}{hints.refused(r.status_code)}")
     return 1
 
 

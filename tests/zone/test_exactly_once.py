@@ -449,7 +449,7 @@ def test_a_hung_cell_costs_one_timeout_and_leaves_its_region_in_use(tmp_path: Pa
         r = await root.post("/strato/v1/schedule", json=req(1, constraints=room2))
         took = time.perf_counter() - start
         assert r.status_code == 503, r.text
-        assert took < 1.5, took  # child_timeout 1.0: one wait, not two or three
+        assert took < 3.0, took  # child_timeout 2.0: one wait, not two or three
         assert tree.zone_tree("global").health_of("dfw").healthy
         for _ in range(3):
             start = time.perf_counter()
@@ -468,4 +468,4 @@ def test_a_hung_cell_costs_one_timeout_and_leaves_its_region_in_use(tmp_path: Pa
             await asyncio.sleep(0.1)
         r = await root.post("/strato/v1/schedule", json=req(1, constraints=room2))
         assert r.status_code == 200, r.text
-    run(tmp_path, scenario)
+    run(tmp_path, scenario, {"child_timeout": 2.0, "request_timeout": 6.0})
