@@ -91,6 +91,13 @@ MAX_UNREACHABLE = 64
 DUPLICATE_WAIT_S = 10.0
 
 
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    """A background task's unexpected failure: logged (so retrieved), where
+    nobody awaits its result; the loop that started it goes on."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("background task failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+
+
 @dataclass(slots=True)
 class Cached:
     body: dict[str, Any]
@@ -279,6 +286,7 @@ class ZoneTree:
         task = self._fetching.get(child.name)
         if task is None or task.done():
             task = asyncio.ensure_future(self.fetch_summary(child))
+            task.add_done_callback(_log_failure)
             self._fetching[child.name] = task
         return task
 
@@ -299,6 +307,8 @@ class ZoneTree:
         kids = await self.children() if kids is None else kids
         if fresh:
             tasks = [asyncio.ensure_future(self.fetch_summary(c, fresh=True)) for c in kids]
+            for t in tasks:
+                t.add_done_callback(_log_failure)
         else:
             tasks = [self._refresh_one(c) for c in kids if self._stale(c)]
         if tasks and (wait is None or wait > 0):
@@ -346,6 +356,7 @@ class ZoneTree:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
 
     # -- requests in doubt ---------------------------------------------------------------
 
