@@ -376,8 +376,13 @@ class ErrorBody(_Message):
         return out
 
 
-# -- addresses ------------------------------------------------------------------------
+# -- addresses and paths ------------------------------------------------------------------
 
+# Sent on every zone-to-zone call made while answering a request: the ids of
+# the zones the request passed through, first the one a client asked, comma
+# separated. A zone that finds its own id there, or more than MAX_PATH ids,
+# refuses the call (508, strato.zone_loop): the tree has a cycle.
+PATH_HEADER = "x-strato-zone-path"
 # Where a zone may be called: over HTTP(S), or inproc://name in an in-process
 # tree (strato/zone/inprocess.py).
 ZONE_URL_SCHEMES = ("http", "https", "inproc")

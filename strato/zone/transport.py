@@ -29,6 +29,7 @@ import os
 import ssl
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote
@@ -38,7 +39,7 @@ import orjson
 
 from strato import logs, trace
 from strato.zone import wire
-from strato.zone.protocol import ZONE_PROTOCOL, ZONE_URL_SCHEMES, zone_url
+from strato.zone.protocol import PATH_HEADER, ZONE_PROTOCOL, ZONE_URL_SCHEMES, zone_url
 
 # Zone-to-zone messages carry the protocol version, so mixed-version trees can
 # tell. Answers are asked for uncompressed: their size is what is bounded.
@@ -47,6 +48,11 @@ HEADERS = {"openstack-api-version": "placement 1.39", "x-strato-zone-protocol": 
 # The largest answer a zone accepts from another (a summary of a large subtree
 # or an answer for a thousand consumers is well under 1 MiB).
 MAX_REPLY_BYTES = wire.MAX_BODY_BYTES
+# The zones the request being answered passed through, this one last (set by
+# the API's middleware): sent on, as PATH_HEADER, with every call it makes to
+# another zone. Empty outside a request (the background refresh, registration
+# with the parent): those calls start a path of their own.
+ZONE_PATH: ContextVar[tuple[str, ...]] = ContextVar("strato_zone_path", default=())
 # Distinct URLs whose syntax HttpTransport remembers having checked.
 _CHECKED_URLS = 1024
 
@@ -99,6 +105,9 @@ def _headers(token: str | None, version: str | None = None) -> dict[str, str]:
     out = {**HEADERS, "x-auth-token": token or "admin"}
     if version is not None:
         out["openstack-api-version"] = f"placement {version}"
+    path = ZONE_PATH.get()
+    if path:
+        out[PATH_HEADER] = ",".join(path)
     # The request's global id goes on: the caller's, or this zone's own id when
     # the caller sent none, so every zone's log lines of one request share it.
     first = logs.GLOBAL_REQUEST_ID.get()

@@ -281,6 +281,22 @@ class ZoneTree:
         return (reply.status == 200 and isinstance(reply.body, dict)
                 and reply.body.get("zone") == child.name)
 
+    async def is_this_zone(self, url: str, token: str | None) -> bool:
+        """Whether a call to `url` comes back to this zone (its middleware
+        refuses it as a loop): the URL is one of this zone's own addresses."""
+        try:
+            reply = await self.transport.call(url, "GET", "/strato/v1/summary", token=token,
+                                              timeout=PROBE_TIMEOUT_S)
+        except Unreachable:
+            return False
+        if reply.status != errors.LoopDetected.status:
+            return False
+        try:
+            codes = {e.get("code") for e in protocol.read_error(reply.body)["errors"]}
+        except protocol.Faulty:
+            return False
+        return errors.ZONE_LOOP in codes
+
     def _refresh_one(self, child: Child) -> asyncio.Task[Any]:
         """One fetch per child at a time: a slow child never holds up the others."""
         task = self._fetching.get(child.name)

@@ -206,3 +206,18 @@ def test_a_stored_child_no_zone_can_be_called_at_is_unreachable(client: TestClie
     assert health["healthy"] is False
     assert "not a URL" in health["last_error"]
 
+
+def test_a_zone_cannot_register_its_own_advertised_address(sqlite_db_url: str) -> None:
+    db = Database(sqlite_db_url)
+    app = create_app(Settings(db_url=db.url, advertise_url="http://127.0.0.1:18790"), db=db,
+                     migrate=False)
+    with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as c:
+        for url in ("http://127.0.0.1:18790", "http://127.0.0.1:18790/"):
+            r = c.post("/strato/v1/children", json={"name": "selfloop", "url": url})
+            assert r.status_code == 400, r.text
+            assert "url" in r.json()["errors"][0]["detail"]
+        r = c.post("/strato/v1/children", json={"name": "local", "url": "http://127.0.0.1:9"})
+        assert r.status_code == 400, r.text
+        assert "own name" in r.json()["errors"][0]["detail"]
+        assert c.get("/strato/v1/children").json()["children"] == []
+    db.dispose()

@@ -178,6 +178,7 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
         raise errors.Forbidden("Policy does not allow strato:children:create to be performed.")
     tree = tree_of(request)
     _callable_here(tree, body.url)
+    await _not_this_zone(request, tree, body)
     identity = None if body.identity is None else hashlib.sha256(
         body.identity.encode()).hexdigest()
 
@@ -235,6 +236,22 @@ def _callable_here(tree: ZoneTree, url: str) -> None:
             f"url: this zone calls its children over "
             f"{' or '.join(sorted(tree.transport.schemes))}, not {scheme}:// "
             f"(got {url[:200]!r})")
+
+
+async def _not_this_zone(request: Request, tree: ZoneTree, body: ChildSpec) -> None:
+    """400 if `body` is this zone itself (by name, by its advertised address,
+    or by a call to the URL that comes back here): its calls to its children
+    would come back to it, round and round."""
+    if body.name == tree.config.name:
+        raise errors.BadRequest(f"name: {body.name!r} is this zone's own name; a zone cannot "
+                                "be its own child")
+    advertised = request.app.state.settings.advertise_url
+    if advertised and body.url.lower() == advertised.rstrip("/").lower():
+        raise errors.BadRequest(f"url: {body.url} is this zone's own address; a zone cannot "
+                                "be its own child")
+    if await tree.is_this_zone(body.url, body.credential):
+        raise errors.BadRequest(f"url: {body.url} answers as this zone itself; a zone cannot "
+                                "be its own child")
 
 
 def _same_zone(known: store.Child, url: str, identity: str | None) -> bool:
