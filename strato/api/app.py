@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import logging
 import os
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -150,6 +151,9 @@ def create_app(settings: Settings, *, db: Database | None = None,
                               "service with an OpenStack Placement compatible API.")
     app.state.db = database
     app.state.settings = settings
+    # This process on the paths of zone-to-zone calls (api/middleware.py):
+    # a call that comes back to it went round a cycle in the tree.
+    app.state.zone_id = secrets.token_hex(8)
     engine = Engine(database, EngineConfig.from_env(
         weigher=settings.weigher, class_weights=settings.class_weights,
         randomize=settings.randomize_candidates, max_candidates=settings.max_candidates,
@@ -252,7 +256,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.add_middleware(FastSchedule, state=app.state)
     app.add_middleware(FiniteJson)
     app.add_middleware(StratoMiddleware, auth=strategy,
-                       max_body_bytes=settings.max_body_bytes)
+                       max_body_bytes=settings.max_body_bytes, zone_id=app.state.zone_id,
+                       zone_name=settings.zone_name)
     if settings.audit_log:
         # Around everything that answers (authentication's refusals included);
         # the caller and request id are read from the scope it filled in.

@@ -1,13 +1,16 @@
 """The one ASGI middleware in front of every route.
 
-Per request, before any handler: a request id, the microversion, the
-authentication context and the body size limit. On the way out it adds the
-version and request-id headers to every answer, errors included.
+Per request, before any handler: a request id, the zones the request passed
+through (a call back into one of them is refused: the tree has a cycle), the
+microversion, the authentication context and the body size limit. On the way
+out it adds the version and request-id headers to every answer, errors
+included.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import uuid
 from typing import Any
 
@@ -18,6 +21,10 @@ from strato.api import microversion
 from strato.api.auth import CONTEXT_KEY, AuthStrategy
 from strato.api.responses import REQUEST_ID_KEY, accept_ranges, error_response
 from strato.model import errors
+from strato.zone.protocol import MAX_PATH, PATH_HEADER
+from strato.zone.transport import ZONE_PATH
+
+log = logging.getLogger("strato.api")
 
 # Routes anyone may call: the version document and the API description.
 PUBLIC_PATHS = frozenset({"/", "/openapi.json", "/docs", "/healthz", "/readyz", "/metrics"})
@@ -52,16 +59,50 @@ def accepts_json(accept: str | None) -> bool:
                for media, q in accept_ranges(accept))
 
 
+def zone_path(headers: dict[str, str], zone_id: str, zone_name: str) -> tuple[str, ...]:
+    """The zones a call passed through (PATH_HEADER), this one added last.
+    LoopDetected when this zone is among them already, or when they are more
+    than a tree may be deep: the zone tree has a cycle, and asking the
+    children again would only go round it."""
+    raw = headers.get(PATH_HEADER)
+    if not raw:
+        return (zone_id,)
+    seen = tuple(p.strip() for p in raw.split(",", MAX_PATH + 1))
+    if zone_id in seen:
+        raise errors.LoopDetected(
+            f"this call came back to zone {zone_name!r} after {len(seen)} zone(s) "
+            f"({PATH_HEADER}): the zone tree has a cycle; remove the child registration "
+            "that leads back here (DELETE /strato/v1/children/{name})")
+    if len(seen) > MAX_PATH:
+        raise errors.LoopDetected(
+            f"this call passed through more than {MAX_PATH} zones ({PATH_HEADER}): the zone "
+            "tree has a cycle or is deeper than a tree may be")
+    return (*seen, zone_id)
+
+
 class StratoMiddleware:
-    def __init__(self, app: ASGIApp, auth: AuthStrategy, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, auth: AuthStrategy, max_body_bytes: int,
+                 zone_id: str, zone_name: str) -> None:
         self.app = app
         self.auth = auth
         self.max_body_bytes = max_body_bytes
+        # This process's id on the paths of zone-to-zone calls (PATH_HEADER).
+        self.zone_id = zone_id
+        self.zone_name = zone_name
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        # The zones this request passed through, for the calls it makes to
+        # other zones; none after it (an in-process caller's context).
+        token = ZONE_PATH.set(())
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            ZONE_PATH.reset(token)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id = f"req-{uuid.uuid4()}"
         scope[REQUEST_ID_KEY] = request_id
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
@@ -79,6 +120,9 @@ class StratoMiddleware:
             await send(message)
 
         try:
+            # First: a call that went round a cycle is refused whatever it
+            # carries (the token it has may be for another zone).
+            ZONE_PATH.set(zone_path(headers, self.zone_id, self.zone_name))
             version = microversion.parse(headers)
             scope[microversion.SCOPE_KEY] = version
             out_headers += [
@@ -106,6 +150,8 @@ class StratoMiddleware:
                     f"{self.max_body_bytes} bytes")
         except errors.StratoError as exc:
             extra = None
+            if isinstance(exc, errors.LoopDetected):
+                log.warning("refused %s %s: %s", scope["method"], scope["path"], exc.detail)
             if exc.status == 401:
                 extra = {"www-authenticate": 'Basic realm="strato", charset="UTF-8"'
                          if scope["path"] in BROWSER_PATHS else 'Keystone uri="local"'}

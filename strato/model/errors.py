@@ -25,6 +25,9 @@ ZONE_UNAVAILABLE = "strato.zone_unavailable"
 REQUEST_IN_PROGRESS = "strato.request_in_progress"
 # Strato: the request id was cancelled (a parent zone lost its answer).
 REQUEST_CANCELLED = "strato.request_cancelled"
+# Strato: a zone-to-zone call came back to a zone it passed through (or
+# crossed more zones than a tree may have): the zone tree has a cycle.
+ZONE_LOOP = "strato.zone_loop"
 ILLEGAL_DUPLICATE_QUERYPARAM = "placement.query.duplicate_key"
 QUERYPARAM_BAD_VALUE = "placement.query.bad_value"
 QUERYPARAM_MISSING_VALUE = "placement.query.missing_value"
@@ -89,6 +92,17 @@ class ServiceUnavailable(StratoError):
         super().__init__(detail, code)
         self.retry_after = retry_after
         self.explain = explain
+
+
+class LoopDetected(StratoError):
+    """A call between zones reached a zone it had passed through: refused at
+    once rather than passed round the cycle again."""
+
+    status = 508
+    title = "Loop Detected"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, ZONE_LOOP)
 
 
 class UnsupportedMediaType(StratoError):

@@ -17,12 +17,14 @@ shape otherwise (no defaults are filled in).
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import uuid as uuidlib
 from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Annotated, Any, TypeVar
+from urllib.parse import urlsplit
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -374,6 +376,59 @@ class ErrorBody(_Message):
         return out
 
 
+# -- addresses and paths ------------------------------------------------------------------
+
+# Sent on every zone-to-zone call made while answering a request: the ids of
+# the zones the request passed through, first the one a client asked, comma
+# separated. A zone that finds its own id there, or more than MAX_PATH ids,
+# refuses the call (508, strato.zone_loop): the tree has a cycle.
+PATH_HEADER = "x-strato-zone-path"
+# Where a zone may be called: over HTTP(S), or inproc://name in an in-process
+# tree (strato/zone/inprocess.py).
+ZONE_URL_SCHEMES = ("http", "https", "inproc")
+_HOST = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})$")
+# A path prefix (a zone behind a reverse proxy): RFC 3986 path characters only.
+_URL_PATH = re.compile(r"^(/[A-Za-z0-9._~!$&'()*+,;=:@%-]*)*$")
+
+
+def zone_url(url: str, schemes: Collection[str] = ZONE_URL_SCHEMES) -> str:
+    """`url` without its trailing slash if a zone can be called there:
+    ``scheme://host[:port][/path prefix]`` with a scheme of `schemes`, a host
+    name or IP address (IPv6 in brackets), a port from 1 to 65535, and
+    nothing else (no user, query or fragment; no space or control
+    character: the URL goes into request lines and headers). ValueError
+    saying what is wrong otherwise."""
+    if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
+        raise ValueError("must not contain spaces, control or non-ASCII characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        # urlsplit's own words: "Invalid IPv6 URL", "Port out of range 0-65535".
+        raise ValueError(f"not a URL: {exc}") from None
+    if parts.scheme not in schemes:
+        raise ValueError(f"scheme must be {' or '.join(f'{s}://' for s in schemes)}")
+    if "@" in parts.netloc:
+        raise ValueError("no user or password: the child's token is its credential")
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise ValueError("no query or fragment")
+    host = parts.hostname or ""
+    if parts.netloc.startswith("["):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{host[:64]!r} is not an IPv6 address") from None
+    elif not _HOST.match(host) or ".." in host:
+        raise ValueError("a host name or address is required")
+    if port == 0 or parts.netloc.endswith(":"):
+        raise ValueError("port must be from 1 to 65535")
+    if parts.scheme == "inproc" and (port is not None or parts.path.strip("/")):
+        raise ValueError("inproc:// names a zone: inproc://name, nothing else")
+    if not _URL_PATH.match(parts.path):
+        raise ValueError("the path may hold only URL path characters")
+    return url.rstrip("/")
+
+
 # A token that is sent as a header value: no control character (a CR or LF
 # would let a registering zone write headers of its own into our calls).
 TOKEN_PATTERN = r"^[^\x00-\x1f\x7f]+$"
@@ -389,6 +444,12 @@ class Registration(_Message):
     tags: list[Name] = Field(default_factory=list, max_length=MAX_TAGS)
     credential: Annotated[str, Field(max_length=1024, pattern=TOKEN_PATTERN)] | None = None
     identity: Annotated[str, Field(min_length=16, max_length=256)] | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        zone_url(v)
+        return v
 
 
 # -- reading replies ----------------------------------------------------------------------

@@ -29,6 +29,7 @@ import os
 import ssl
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote
@@ -38,7 +39,7 @@ import orjson
 
 from strato import logs, trace
 from strato.zone import wire
-from strato.zone.protocol import ZONE_PROTOCOL
+from strato.zone.protocol import PATH_HEADER, ZONE_PROTOCOL, ZONE_URL_SCHEMES, zone_url
 
 # Zone-to-zone messages carry the protocol version, so mixed-version trees can
 # tell. Answers are asked for uncompressed: their size is what is bounded.
@@ -47,6 +48,13 @@ HEADERS = {"openstack-api-version": "placement 1.39", "x-strato-zone-protocol": 
 # The largest answer a zone accepts from another (a summary of a large subtree
 # or an answer for a thousand consumers is well under 1 MiB).
 MAX_REPLY_BYTES = wire.MAX_BODY_BYTES
+# The zones the request being answered passed through, this one last (set by
+# the API's middleware): sent on, as PATH_HEADER, with every call it makes to
+# another zone. Empty outside a request (the background refresh, registration
+# with the parent): those calls start a path of their own.
+ZONE_PATH: ContextVar[tuple[str, ...]] = ContextVar("strato_zone_path", default=())
+# Distinct URLs whose syntax HttpTransport remembers having checked.
+_CHECKED_URLS = 1024
 
 
 class Unreachable(Exception):
@@ -79,6 +87,11 @@ class Reply:
 
 
 class Transport(Protocol):
+    @property
+    def schemes(self) -> frozenset[str]:
+        """The URL schemes this transport can call zones at."""
+        ...
+
     async def call(self, url: str, method: str, path: str, *, token: str | None,
                    json: Any = None, timeout: float, version: str | None = None
                    ) -> Reply: ...
@@ -92,6 +105,9 @@ def _headers(token: str | None, version: str | None = None) -> dict[str, str]:
     out = {**HEADERS, "x-auth-token": token or "admin"}
     if version is not None:
         out["openstack-api-version"] = f"placement {version}"
+    path = ZONE_PATH.get()
+    if path:
+        out[PATH_HEADER] = ",".join(path)
     # The request's global id goes on: the caller's, or this zone's own id when
     # the caller sent none, so every zone's log lines of one request share it.
     first = logs.GLOBAL_REQUEST_ID.get()
@@ -133,6 +149,8 @@ class _Traced:
 
 
 class HttpTransport(_Traced):
+    schemes = frozenset({"http", "https"})
+
     def __init__(self, max_connections: int = 64, *, lean: bool | None = None,
                  max_reply_bytes: int = MAX_REPLY_BYTES,
                  ssl_context: ssl.SSLContext | None = None) -> None:
@@ -147,9 +165,27 @@ class HttpTransport(_Traced):
             lean = os.environ.get("STRATO_ZONE_HTTP", "lean") != "httpx"
         self._wire = wire.WireClient() if lean else None
         self.max_reply_bytes = max_reply_bytes
+        # URL -> why no zone can be called there (None: it can be).
+        self._checked: dict[str, str | None] = {}
+
+    def _unusable(self, url: str) -> str | None:
+        """Why `url` is no address to call (a child stored by an older
+        version, say): such a zone is unreachable, never a crash."""
+        if url not in self._checked:
+            if len(self._checked) >= _CHECKED_URLS:
+                self._checked.clear()
+            try:
+                zone_url(url, self.schemes)
+                self._checked[url] = None
+            except ValueError as exc:
+                self._checked[url] = f"not a URL a zone can be called at: {exc}"
+        return self._checked[url]
 
     async def _call(self, url: str, method: str, path: str, *, token: str | None,
                     json: Any = None, timeout: float, version: str | None = None) -> Reply:
+        unusable = self._unusable(url)
+        if unusable is not None:
+            raise Unreachable(url, unusable)
         if self._wire is not None and url.startswith("http://"):
             return await self._lean(url, method, path, token, json, timeout, version)
         limit = self.max_reply_bytes
@@ -280,6 +316,9 @@ async def _asgi_call(app: Any, method: str, path: str, headers: dict[str, str],
 class InProcessTransport(_Traced):
     """Zones registered by URL (e.g. ``inproc://dfw``) and called in-process."""
 
+    # Any zone URL: one not registered here is a zone that does not answer.
+    schemes = frozenset(ZONE_URL_SCHEMES)
+
     def __init__(self, *, max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         self.max_reply_bytes = max_reply_bytes
         self._apps: dict[str, Any] = {}
@@ -358,6 +397,10 @@ class ObservedTransport:
     def __init__(self, inner: Transport, report: Callable[[str, float, str], None]) -> None:
         self.inner = inner
         self.report = report
+
+    @property
+    def schemes(self) -> frozenset[str]:
+        return self.inner.schemes
 
     async def call(self, url: str, method: str, path: str, *, token: str | None,
                    json: Any = None, timeout: float, version: str | None = None) -> Reply:

@@ -98,6 +98,13 @@ MAX_UNREACHABLE = 64
 DUPLICATE_WAIT_S = 10.0
 
 
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    """A background task's unexpected failure: logged (so retrieved), where
+    nobody awaits its result; the loop that started it goes on."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("background task failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+
+
 @dataclass(slots=True)
 class Cached:
     body: dict[str, Any]
@@ -283,11 +290,28 @@ class ZoneTree:
         return (reply.status == 200 and isinstance(reply.body, dict)
                 and reply.body.get("zone") == child.name)
 
+    async def is_this_zone(self, url: str, token: str | None) -> bool:
+        """Whether a call to `url` comes back to this zone (its middleware
+        refuses it as a loop): the URL is one of this zone's own addresses."""
+        try:
+            reply = await self.transport.call(url, "GET", "/strato/v1/summary", token=token,
+                                              timeout=PROBE_TIMEOUT_S)
+        except Unreachable:
+            return False
+        if reply.status != errors.LoopDetected.status:
+            return False
+        try:
+            codes = {e.get("code") for e in protocol.read_error(reply.body)["errors"]}
+        except protocol.Faulty:
+            return False
+        return errors.ZONE_LOOP in codes
+
     def _refresh_one(self, child: Child) -> asyncio.Task[Any]:
         """One fetch per child at a time: a slow child never holds up the others."""
         task = self._fetching.get(child.name)
         if task is None or task.done():
             task = asyncio.ensure_future(self.fetch_summary(child))
+            task.add_done_callback(_log_failure)
             self._fetching[child.name] = task
         return task
 
@@ -308,6 +332,8 @@ class ZoneTree:
         kids = await self.children() if kids is None else kids
         if fresh:
             tasks = [asyncio.ensure_future(self.fetch_summary(c, fresh=True)) for c in kids]
+            for t in tasks:
+                t.add_done_callback(_log_failure)
         else:
             tasks = [self._refresh_one(c) for c in kids if self._stale(c)]
         if tasks and (wait is None or wait > 0):
@@ -355,6 +381,7 @@ class ZoneTree:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
 
     # -- requests in doubt ---------------------------------------------------------------
 

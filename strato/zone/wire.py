@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from strato.zone.protocol import zone_url
+
 # uvicorn closes idle keep-alive connections after 5 s: reuse them for less.
 IDLE_REUSE_S = 4.0
 MAX_IDLE_PER_HOST = 32
@@ -75,9 +77,13 @@ class WireClient:
     def _target(self, url: str) -> tuple[str, int, str]:
         found = self._targets.get(url)
         if found is None:
-            parts = urlsplit(url)
-            host = parts.hostname or "127.0.0.1"
-            found = (host, parts.port or 80, parts.path.rstrip("/"))
+            try:
+                # Its text goes into the request line and Host header as is.
+                parts = urlsplit(zone_url(url, ("http",)))
+            except ValueError as exc:
+                raise NotSent(f"not a URL a zone can be called at: {exc}") from None
+            assert parts.hostname is not None  # zone_url requires a host
+            found = (parts.hostname, parts.port or 80, parts.path.rstrip("/"))
             self._targets[url] = found
         return found
 

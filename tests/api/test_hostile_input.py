@@ -6,12 +6,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from strato.api.app import create_app
 from strato.config import Settings
+from strato.store import children
 from strato.store.db import Database
 from tests.conftest import ADMIN
 
@@ -172,3 +174,74 @@ def test_a_bare_nan_or_infinity_is_malformed_json(client: TestClient, path: str,
         "groups": [{"resources": {"VCPU": 1}}], "dry_run": True})
     assert r.status_code == 409, r.text
     assert r.json()["errors"][0]["code"] == "strato.no_valid_placement"
+
+
+# Not where a zone can be called: a port out of range, a broken IPv6 address,
+# header lines, credentials, a query, no host, and an in-process zone's
+# address at a zone that calls its children over HTTP.
+BAD_CHILD_URLS = ["http://127.0.0.1:99999", "http://[::1", "http://127.0.0.1:-1",
+                  "http://127.0.0.1:0", "http://127.0.0.1:1/\r\nX-Evil: 1",
+                  "http://127.0.0.1:1\r\n", "http://u:p@127.0.0.1:1", "http://127.0.0.1:1/?a=1",
+                  "http://", "http://:8780", "https://h .example", "inproc://x6"]
+
+
+@pytest.mark.parametrize("url", BAD_CHILD_URLS)
+def test_a_child_url_no_zone_can_be_called_at_is_400(client: TestClient, url: str) -> None:
+    r = client.post("/strato/v1/children", json={"name": "x6", "url": url})
+    assert r.status_code == 400, r.text
+    assert r.json()["errors"][0]["status"] == 400
+    assert "url" in r.json()["errors"][0]["detail"]
+    assert client.get("/strato/v1/children").json()["children"] == []
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9", "http://[::1]:9/", "https://z.example:8443",
+                                 "http://proxy.example/zones/dfw"])
+def test_a_child_url_may_be_an_address_or_a_path_behind_a_proxy(client: TestClient,
+                                                                url: str) -> None:
+    r = client.post("/strato/v1/children", json={"name": "x6", "url": url})
+    assert r.status_code == 201, r.text
+    assert r.json()["url"] == url.rstrip("/")
+
+
+def test_a_stored_child_no_zone_can_be_called_at_is_unreachable(client: TestClient) -> None:
+    """A row such as an older version stored: the zone's routes answer as for
+    a child that is down (503 naming it where the answer must be complete),
+    never 500, and the child's probe fails rather than its task."""
+    app: Any = client.app
+    with app.state.db.write() as conn:
+        children.upsert_child(conn, "old", "http://127.0.0.1:99999", None, [], None)
+    app.state.tree.forget_children()
+    rp = str(uuid.uuid4())
+    r = client.get("/usages?project_id=p")
+    assert r.status_code == 503, r.text
+    assert "old" in r.json()["errors"][0]["detail"]
+    for method, path in [("GET", "/resource_providers"), ("GET", f"/resource_providers/{rp}"),
+                         ("GET", "/allocation_candidates?resources=VCPU:1"),
+                         ("GET", f"/allocations/{rp}"), ("GET", "/strato/v1/groups/g"),
+                         ("PUT", "/traits/CUSTOM_X"), ("GET", "/strato/v1/summary?fresh=true")]:
+        r = client.request(method, path)
+        assert r.status_code < 500 or r.status_code == 503, (path, r.text)
+    r = client.post("/strato/v1/schedule", json={
+        "consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+        "groups": [{"resources": {"VCPU": 1}}]})
+    assert r.status_code == 503, r.text
+    assert "old" in r.json()["errors"][0]["detail"]
+    health = client.get("/strato/v1/children").json()["children"][0]["health"]
+    assert health["healthy"] is False
+    assert "not a URL" in health["last_error"]
+
+
+def test_a_zone_cannot_register_its_own_advertised_address(sqlite_db_url: str) -> None:
+    db = Database(sqlite_db_url)
+    app = create_app(Settings(db_url=db.url, advertise_url="http://127.0.0.1:18790"), db=db,
+                     migrate=False)
+    with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as c:
+        for url in ("http://127.0.0.1:18790", "http://127.0.0.1:18790/"):
+            r = c.post("/strato/v1/children", json={"name": "selfloop", "url": url})
+            assert r.status_code == 400, r.text
+            assert "url" in r.json()["errors"][0]["detail"]
+        r = c.post("/strato/v1/children", json={"name": "local", "url": "http://127.0.0.1:9"})
+        assert r.status_code == 400, r.text
+        assert "own name" in r.json()["errors"][0]["detail"]
+        assert c.get("/strato/v1/children").json()["children"] == []
+    db.dispose()

@@ -212,3 +212,32 @@ def test_a_second_zone_with_a_live_zones_name_is_refused(
     tree["ord"] = again
     with api.client(tree["global"].url) as c:
         wait_for(lambda: children(c)["ord"]["url"] == f"http://localhost:{ord_proc.port}")
+
+
+def test_no_zone_is_its_own_child_and_a_cycle_does_not_storm(tmp_path: Path) -> None:
+    """Real processes: a zone refuses its own address (as advertised, or
+    another spelling that reaches it); two zones registered as each other's
+    child answer a read over the subtree at once (503), without calling each
+    other until their connections run out."""
+    a = zone(tmp_path, "a", extra=["--max-connections", "64"]).start()
+    b = zone(tmp_path, "b").start()
+    try:
+        with api.client(a.url, timeout=10) as ca, api.client(b.url, timeout=10) as cb:
+            for url in (a.url, a.url.replace("127.0.0.1", "localhost") + "/"):
+                r = ca.post("/strato/v1/children", json={"name": "selfloop", "url": url})
+                assert r.status_code == 400, r.text
+                assert "url" in r.json()["errors"][0]["detail"]
+            assert children(ca) == {}
+            r = ca.post("/strato/v1/children", json={"name": "b", "url": b.url})
+            assert r.status_code == 201, r.text
+            r = cb.post("/strato/v1/children", json={"name": "a", "url": a.url})
+            assert r.status_code == 201, r.text
+            for path in ("/usages?project_id=p", f"/allocations/{uuid.uuid4()}"):
+                start = time.monotonic()
+                r = ca.get(path)
+                assert time.monotonic() - start < 5, path
+                assert r.status_code in (503, 508), r.text
+            assert ca.get("/strato/v1/children").status_code == 200
+    finally:
+        a.stop()
+        b.stop()

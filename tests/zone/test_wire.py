@@ -84,6 +84,28 @@ def test_refused_is_not_delivered() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://[::1", "http://127.0.0.1:-1",
+                                 "http://127.0.0.1:1/\r\nX-Evil: 1", "inproc://dfw",
+                                 "https://127.0.0.1:99999"])
+def test_an_address_no_zone_can_be_called_at_is_unreachable(url: str, lean: bool) -> None:
+    """A child stored by an older version with such a URL: a zone that does
+    not answer (the request never left), not an error of the caller."""
+    async def main() -> None:
+        t = HttpTransport(lean=lean)
+        try:
+            with pytest.raises(Unreachable) as info:
+                await t.call(url, "GET", "/strato/v1/summary", token=None, timeout=2)
+        finally:
+            await t.aclose()
+        assert info.value.maybe_delivered is False
+        assert "not a URL" in info.value.why
+        with pytest.raises(wire.NotSent):
+            await wire.WireClient().request(url, "GET", "/", {}, None, timeout=1,
+                                            connect_timeout=1)
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("behaviour", ["stall", "hang_up", "garbage"])
 def test_failures_after_sending_may_have_been_delivered(behaviour: str) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -23,7 +23,7 @@ from strato.model.location import LocationError, canonical_location, canonical_t
 from strato.store import children as store
 from strato.store import providers, provisional
 from strato.zone import attempt, subtree
-from strato.zone.protocol import TOKEN_PATTERN
+from strato.zone.protocol import TOKEN_PATTERN, zone_url
 from strato.zone.tree import ZoneTree
 
 router = APIRouter(prefix="/strato/v1", tags=["zone tree"])
@@ -39,8 +39,8 @@ class ChildSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     name: str = Field(pattern=_ZONE_NAME)
     url: str = Field(min_length=1, max_length=1024,
-                     description="http(s)://host:port of the child zone (inproc://name for "
-                     "in-process zones).")
+                     description="http(s)://host[:port][/path prefix] of the child zone "
+                     "(inproc://name for the zones of an in-process tree).")
     location_prefix: str | None = None
     tags: list[str] = Field(default_factory=list)
     credential: str | None = Field(default=None, max_length=1024, pattern=TOKEN_PATTERN,
@@ -55,9 +55,11 @@ class ChildSpec(BaseModel):
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if not re.match(r"^(https?|inproc)://[^\s/]+", v):
-            raise ValueError(f"url must be http(s)://host[:port] (got {v!r})")
-        return v.rstrip("/")
+        try:
+            return zone_url(v)
+        except ValueError as exc:
+            raise ValueError(f"url must be http(s)://host[:port][/path]: {exc} "
+                             f"(got {v[:200]!r})") from None
 
     @field_validator("location_prefix")
     @classmethod
@@ -175,6 +177,8 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
     if not (ctx.is_admin or REGISTRATION_ROLE in ctx.roles):
         raise errors.Forbidden("Policy does not allow strato:children:create to be performed.")
     tree = tree_of(request)
+    _callable_here(tree, body.url)
+    await _not_this_zone(request, tree, body)
     identity = None if body.identity is None else hashlib.sha256(
         body.identity.encode()).hexdigest()
 
@@ -221,6 +225,33 @@ async def delete_child(request: Request, name: str) -> Response:
     tree.forget_children()
     tree.forget_child(name)
     return Response(status_code=204)
+
+
+def _callable_here(tree: ZoneTree, url: str) -> None:
+    """400 unless this zone's transport calls zones at `url` (inproc:// only
+    in an in-process tree)."""
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in tree.transport.schemes:
+        raise errors.BadRequest(
+            f"url: this zone calls its children over "
+            f"{' or '.join(sorted(tree.transport.schemes))}, not {scheme}:// "
+            f"(got {url[:200]!r})")
+
+
+async def _not_this_zone(request: Request, tree: ZoneTree, body: ChildSpec) -> None:
+    """400 if `body` is this zone itself (by name, by its advertised address,
+    or by a call to the URL that comes back here): its calls to its children
+    would come back to it, round and round."""
+    if body.name == tree.config.name:
+        raise errors.BadRequest(f"name: {body.name!r} is this zone's own name; a zone cannot "
+                                "be its own child")
+    advertised = request.app.state.settings.advertise_url
+    if advertised and body.url.lower() == advertised.rstrip("/").lower():
+        raise errors.BadRequest(f"url: {body.url} is this zone's own address; a zone cannot "
+                                "be its own child")
+    if await tree.is_this_zone(body.url, body.credential):
+        raise errors.BadRequest(f"url: {body.url} answers as this zone itself; a zone cannot "
+                                "be its own child")
 
 
 def _same_zone(known: store.Child, url: str, identity: str | None) -> bool:

@@ -1,0 +1,116 @@
+"""A zone tree with a cycle: a zone registered as its own child is refused,
+and a cycle through other zones (not visible at registration) is refused at
+the first call that comes back round, never stormed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from strato.zone.inprocess import InProcessTree, ZoneSpec, build
+from strato.zone.protocol import MAX_PATH
+from tests.zone.helpers import record_calls
+
+# The zones a call passed through (docs/api.md, "Zone protocol headers").
+PATH_HEADER = "x-strato-zone-path"
+
+
+def run(tmp_path: Path, names: list[str], scenario: Any) -> None:
+    async def main() -> None:
+        tree = build(tmp_path, [ZoneSpec(n) for n in names])
+        try:
+            await scenario(tree)
+        finally:
+            await tree.aclose()
+    asyncio.run(main())
+
+
+def test_a_zone_is_not_its_own_child_by_name_or_by_address(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("a")
+        r = await c.post("/strato/v1/children", json={"name": "a", "url": tree.url("b")})
+        assert r.status_code == 400, r.text
+        assert "name" in r.json()["errors"][0]["detail"]
+        # Its own address under another name: the probe comes back to it.
+        r = await c.post("/strato/v1/children", json={"name": "selfloop", "url": tree.url("a")})
+        assert r.status_code == 400, r.text
+        assert "url" in r.json()["errors"][0]["detail"]
+        assert (await c.get("/strato/v1/children")).json()["children"] == []
+        r = await c.post("/strato/v1/children", json={"name": "b", "url": tree.url("b")})
+        assert r.status_code == 201, r.text
+    run(tmp_path, ["a", "b"], scenario)
+
+
+def test_a_cycle_of_two_zones_is_refused_at_once_not_stormed(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        a, b = tree.client("a"), tree.client("b")
+        assert (await a.post("/strato/v1/children",
+                             json={"name": "b", "url": tree.url("b")})).status_code == 201
+        # a is a live zone other than b: nothing tells b, here, that a is above it.
+        assert (await b.post("/strato/v1/children",
+                             json={"name": "a", "url": tree.url("a")})).status_code == 201
+        calls = record_calls(tree, lambda method, path: True)
+        rp = str(uuid.uuid4())
+        for method, path, body in [
+                ("GET", "/usages?project_id=p", None),
+                ("GET", "/resource_providers", None),
+                ("GET", f"/resource_providers/{rp}", None),
+                ("GET", "/allocation_candidates?resources=VCPU:1", None),
+                ("GET", f"/allocations/{rp}", None),
+                ("GET", "/strato/v1/groups/g", None),
+                ("GET", "/strato/v1/summary?fresh=true", None),
+                ("POST", "/strato/v1/schedule", {
+                    "consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+                    "groups": [{"resources": {"VCPU": 1}}]})]:
+            del calls[:]
+            start = time.monotonic()
+            r = await a.request(method, path, json=body)
+            assert time.monotonic() - start < 5, path
+            # a asks b, b asks a, a refuses: no more than that per child asked.
+            assert len(calls) <= 4, (path, calls)
+            assert r.status_code in (200, 404, 503, 508), (path, r.text)
+        r = await a.get("/usages?project_id=p")
+        assert r.status_code == 503, r.text
+        assert "b" in r.json()["errors"][0]["detail"]
+    run(tmp_path, ["a", "b"], scenario)
+
+
+def test_a_call_that_comes_back_or_went_too_far_is_508(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("a")
+        own = tree.apps["a"].state.zone_id
+        for path in (f"x,{own}", ",".join(f"z{i}" for i in range(MAX_PATH + 1))):
+            r = await c.get("/usages?project_id=p", headers={PATH_HEADER: path})
+            assert r.status_code == 508, r.text
+            err = r.json()["errors"][0]
+            assert err["status"] == 508 and err["code"] == "strato.zone_loop"
+            assert err["title"] == "Loop Detected"
+        ok = ",".join(f"z{i}" for i in range(MAX_PATH))
+        assert (await c.get("/usages?project_id=p", headers={PATH_HEADER: ok})).status_code == 200
+    run(tmp_path, ["a"], scenario)
+
+
+def test_calls_to_children_carry_the_path_so_far(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        seen: list[str | None] = []
+
+        async def recorder(scope: Any, receive: Any, send: Any) -> None:
+            headers = dict(scope["headers"])
+            if scope["path"] == "/usages":
+                seen.append(headers.get(PATH_HEADER.encode(), b"").decode())
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body",
+                        "body": b'{"usages": {}}' if scope["path"] == "/usages" else
+                        b'{"zone": "rec", "providers": 0, "classes": {}}'})
+        tree.transport.register("inproc://rec", recorder)
+        c = tree.client("a")
+        assert (await c.post("/strato/v1/children",
+                             json={"name": "rec", "url": "inproc://rec"})).status_code == 201
+        r = await c.get("/usages?project_id=p", headers={PATH_HEADER: "up1,up2"})
+        assert r.status_code == 200, r.text
+        assert seen == [f"up1,up2,{tree.apps['a'].state.zone_id}"]
+    run(tmp_path, ["a"], scenario)
