@@ -19,6 +19,9 @@ from strato.model.location import LocationError, canonical_tags, parse_location
 
 # A server group's name (GET /strato/v1/groups/{name} takes the same).
 GroupName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,255}$")]
+# An idempotency key: any printable text (no control characters: PostgreSQL's
+# text refuses NUL, and a log line must stay one line).
+REQUEST_ID_PATTERN = r"^[^\x00-\x1f\x7f]{1,255}$"
 # The type of a consumer's allocations: Placement's rule (microversion 1.38).
 ConsumerType = Annotated[str, Field(pattern=r"^[A-Z0-9_]{1,255}$")]
 # A trait's name in `required`, as Placement's schema has it.
@@ -181,7 +184,8 @@ class ScheduleRequest(_Strict):
     constraints: list[Constraint] = Field(default_factory=list, max_length=64)
     weigher: WeigherSpec = Field(default_factory=WeigherSpec)
     atomic: bool = True
-    request_id: str | None = Field(default=None, min_length=1, max_length=255)
+    request_id: str | None = Field(default=None, min_length=1, max_length=255,
+                                   pattern=REQUEST_ID_PATTERN)
     dry_run: bool = False
     explain: bool = False
     mode: Literal["delegate", "best"] = Field(

@@ -68,3 +68,14 @@ def test_location_patterns() -> None:
     assert not location_matches(location_pattern("rack1.room1.dfw"), loc)
     assert not location_matches(location_pattern("dfw/room1/rack1/machine1/x"), loc)
     assert not location_matches(location_pattern("dfw"), None)
+
+
+@pytest.mark.parametrize("rid", ["a\x00b", "line\nbreak", "tab\there", "\x7f", ""])
+def test_a_request_id_is_printable_text(rid: str) -> None:
+    """No control characters (PostgreSQL's text refuses NUL; a log line stays
+    one line); any other text, unicode included, is an id."""
+    with pytest.raises(ValidationError) as exc:
+        ScheduleRequest.model_validate(body(request_id=rid))
+    assert "request_id" in str(exc.value)
+    for ok in ("retry-1", "é ✓ 名前", "part@zone#0a1b2c3d"):
+        assert ScheduleRequest.model_validate(body(request_id=ok)).request_id == ok

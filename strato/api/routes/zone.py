@@ -20,6 +20,7 @@ from strato.api.auth import REGISTRATION_ROLE
 from strato.api.responses import json_response
 from strato.model import errors
 from strato.model.location import LocationError, canonical_location, canonical_tags
+from strato.model.schedule import REQUEST_ID_PATTERN
 from strato.store import children as store
 from strato.store import providers, provisional
 from strato.zone import attempt, subtree
@@ -121,7 +122,7 @@ class ClaimRequest(BaseModel):
                                    description="Hold provisionally (a cross-zone "
                                    "placement): released unless confirmed in time.")
     request_id: str | None = Field(
-        default=None, min_length=1, max_length=255,
+        default=None, min_length=1, max_length=255, pattern=REQUEST_ID_PATTERN,
         description="Idempotency key: a repeat answers as the first did, and "
         "POST /strato/v1/requests/cancel undoes the claim.")
     placements: list[ClaimPlacement] = Field(min_length=1, max_length=1000)
@@ -367,7 +368,7 @@ async def release_claims(request: Request, body: PendingRequest) -> Response:
 
 class CancelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    request_id: str = Field(min_length=1, max_length=255)
+    request_id: str = Field(min_length=1, max_length=255, pattern=REQUEST_ID_PATTERN)
 
 
 @router.post("/requests/cancel")
