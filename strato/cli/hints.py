@@ -12,7 +12,7 @@ def unreachable(url: str, exc: Exception) -> str:
     """`url` could not be reached: why, and what to check."""
     if isinstance(exc, httpx.TimeoutException):
         return f"{url} did not answer in time ({exc or 'timeout'})"
-    return f"{url} unreachable: {exc}; {_SERVE}"
+    return f"{url} could not be reached: {exc}; {_SERVE}"
 
 
 def refused(status: int) -> str:
