@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from strato.model.schedule import ScheduleRequest
@@ -71,6 +72,20 @@ def req(n: int, vcpu: int = 8, **kw: Any) -> dict[str, Any]:
     return {"consumers": [str(uuid.uuid4()) for _ in range(n)], "project_id": "p",
             "user_id": "u", "groups": [{"resources": {"VCPU": vcpu, "MEMORY_MB": 1024}}],
             **kw}
+
+
+async def affinity_to_a_split_group_is_refused(client: httpx.AsyncClient) -> None:
+    """Group web4 has members in dfw/room1 and dfw/room2: hard affinity at
+    the room level is refused, dry run or not, naming the rule and rooms."""
+    for dry in (False, True):
+        r = await client.post("/strato/v1/schedule", json=req(
+            3, vcpu=1, group="web4", dry_run=dry,
+            constraints=[{"type": "affinity", "level": "room"}]))
+        assert r.status_code == 409, r.text
+        err = r.json()["errors"][0]
+        assert err["code"] == "strato.no_valid_placement"
+        assert "affinity web4@room" in err["detail"], err
+        assert "dfw/room1" in err["detail"] and "dfw/room2" in err["detail"], err
 
 
 def cells(answer: dict[str, Any]) -> Counter[str]:
@@ -591,15 +606,7 @@ def test_affinity_to_a_group_already_in_two_room_cells(tmp_path: Path) -> None:
         assert r.status_code == 200, r.text
         assert rooms(r.json()) == {"room1": 1, "room2": 1}
         for zone in ("global", "dfw"):
-            for dry in (False, True):
-                r = await tree.client(zone).post("/strato/v1/schedule", json=req(
-                    3, vcpu=1, group="web4", dry_run=dry,
-                    constraints=[{"type": "affinity", "level": "room"}]))
-                assert r.status_code == 409, r.text
-                err = r.json()["errors"][0]
-                assert err["code"] == "strato.no_valid_placement"
-                assert "affinity web4@room" in err["detail"], err
-                assert "dfw/room1" in err["detail"] and "dfw/room2" in err["detail"], err
+            await affinity_to_a_split_group_is_refused(tree.client(zone))
         for zone in ("global", "dfw"):
             r = await tree.client(zone).post("/strato/v1/schedule", json=req(
                 3, vcpu=1, group="web4",
