@@ -107,7 +107,9 @@ class WireClient:
             except OSError as exc:
                 raise NotSent(f"cannot connect: {exc}") from None
             conn = _Conn(reader, writer)
-        head = [f"{method} {prefix}{path} HTTP/1.1", f"Host: {host}:{port}",
+        # An IPv6 address is bracketed in a Host header (RFC 7230 5.4).
+        shown = f"[{host}]" if ":" in host else host
+        head = [f"{method} {prefix}{path} HTTP/1.1", f"Host: {shown}:{port}",
                 f"Content-Length: {len(body) if body else 0}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b"")

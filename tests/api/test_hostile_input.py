@@ -245,3 +245,11 @@ def test_a_zone_cannot_register_its_own_advertised_address(sqlite_db_url: str) -
         assert "own name" in r.json()["errors"][0]["detail"]
         assert c.get("/strato/v1/children").json()["children"] == []
     db.dispose()
+
+
+@pytest.mark.parametrize("route", ["/strato/v1/claims/confirm", "/strato/v1/claims/release"])
+def test_claim_messages_take_consumer_uuids_only(client: TestClient, route: str) -> None:
+    r = client.post(route, json={"consumers": ["not-a-uuid"]})
+    assert r.status_code == 400, r.text
+    assert "consumers" in r.json()["errors"][0]["detail"]
+    assert "not-a-uuid" not in r.json()["errors"][0]["detail"]

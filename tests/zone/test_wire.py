@@ -148,3 +148,32 @@ def test_connection_close_and_unframed_bodies() -> None:
         finally:
             await c.aclose()
     serve(handler, scenario)
+
+
+def test_an_ipv6_zone_gets_a_bracketed_host_header() -> None:
+    """RFC 7230: an IPv6 literal in Host is in brackets (was `Host: ::1:port`)."""
+    hosts: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        hosts.extend(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                     if line.lower().startswith(b"host:"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        try:
+            server = await asyncio.start_server(handler, "::1", 0)
+        except OSError:
+            pytest.skip("no IPv6 loopback here")
+        port = server.sockets[0].getsockname()[1]
+        t = HttpTransport(lean=True)
+        try:
+            r = await t.call(f"http://[::1]:{port}", "GET", "/x", token=None, timeout=5)
+        finally:
+            await t.aclose()
+            server.close()
+        assert r.status == 200
+        assert hosts == [f"[::1]:{port}".encode()]
+    asyncio.run(main())

@@ -270,6 +270,14 @@ class PendingRequest(BaseModel):
     path: list[str] = Field(default_factory=list, max_length=32)
     consumers: list[str] = Field(min_length=1, max_length=1000)
 
+    @field_validator("consumers")
+    @classmethod
+    def _consumers(cls, v: list[str]) -> list[str]:
+        try:
+            return [str(uuidlib.UUID(c)) for c in v]
+        except ValueError:
+            raise ValueError("consumers: every item must be a consumer UUID") from None
+
 
 async def _forward(tree: ZoneTree, route: str, payload: dict[str, Any]) -> Response:
     """Pass a claim message one level down the zone path (see
