@@ -257,13 +257,13 @@ class ProvidersBelow:
         except errors.StratoError as exc:
             await strato_error_response(exc, rid)(scope, receive, send)
             return
-        claims = _valid_claims(scope, raw)
-        if claims is None:
+        valid = _valid_claims(scope, raw)
+        if valid is None:
             # Bad input (media type, JSON, schema): this zone's route says so
             # (its 415 or 400) before anything is sent below.
             await self.app(scope, replay_body(raw, receive), send)
             return
-        body = orjson.loads(raw)
+        body, claims = valid
         try:
             named = subtree.named_providers(body)
         except (AttributeError, TypeError, ValueError):
@@ -482,16 +482,18 @@ def _parsed_or_none(raw: bytes) -> Any:
         return None
 
 
-def _valid_claims(scope: Scope, raw: bytes) -> list[allocations.ConsumerClaim] | None:
-    """The claims of an allocations write, validated as this zone's route
-    validates them (media type, strict JSON, the body's schema at the
-    client's microversion); None when the route would refuse it."""
+def _valid_claims(scope: Scope, raw: bytes
+                  ) -> tuple[Any, list[allocations.ConsumerClaim]] | None:
+    """(the parsed body, its claims) of an allocations write, validated as
+    this zone's route validates them (media type, strict JSON, the body's
+    schema at the client's microversion); None when the route would refuse it.
+    The body is parsed once."""
     found = scope.get(microversion.SCOPE_KEY)
     v = found if isinstance(found, microversion.Version) else microversion.MIN_VERSION
     consumer = _CONSUMER.match(scope["path"])
     try:
         body = _json_body(scope, raw)
-        return allocation_routes.claims_of(
+        return body, allocation_routes.claims_of(
             body, v, allocation_routes.canonical_uuid(consumer.group(1)) if consumer else None)
     except (errors.StratoError, ValueError):
         return None

@@ -261,12 +261,22 @@ def validate(location: str | None, tags: Iterable[str]) -> tuple[str | None, lis
 
 
 def set_meta(conn: Connection, uuid: str, *, location: str | None, tags: Iterable[str],
-             heartbeat: bool | None = None) -> Meta:
+             heartbeat: bool | None = None, within: str | None = None) -> Meta:
     """Replace a provider's location and tags; `heartbeat` None keeps the current setting.
+    `within`: the zone's location prefix (slash form), which a location must
+    lie in: a parent prunes this zone by it, so a provider outside it would
+    be out of reach of the requests that ask for where it is.
 
     Validates first, so a bad value changes nothing.
     """
     loc, tag_list = validate(location, tags)
+    if within:
+        within = canonical_location(within)
+    if within and loc is not None and loc != within and not loc.startswith(within + "/"):
+        raise errors.BadRequest(
+            f"location: {loc!r} is outside this zone's location prefix {within!r}: a "
+            f"provider here must be at {within!r} or below it (e.g. '{within}/room1'), or "
+            "have no location of its own (it then takes the zone's)")
     provider = get_provider(conn, uuid)
     row: dict[str, object] = {"resource_provider_id": provider.id, "location": loc,
                               "tags": json.dumps(tag_list), "heartbeat": bool(heartbeat),

@@ -59,6 +59,28 @@ def test_bad_input_is_400_naming_the_field_and_changes_nothing(
     assert (got["location"], got["tags"]) == ("ord/r1", ["hipaa"])
 
 
+def test_a_location_outside_the_zone_prefix_is_400_and_changes_nothing(
+        sqlite_database: Database) -> None:
+    # A parent prunes this zone by its prefix: a provider elsewhere would be
+    # out of reach of the requests that ask for where it is.
+    app = create_app(Settings(db_url=sqlite_database.url, location_prefix="dfw"),
+                     db=sqlite_database, migrate=False)
+    with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as client:
+        host = _provider(client, "host")
+        for inside in ("dfw", "dfw/room1/rack1/m1", "m1.rack1.room1.dfw", None):
+            body = {"location": inside, "tags": []}
+            r = client.put(f"/strato/v1/providers/{host}/meta", json=body)
+            assert r.status_code == 200, (inside, r.text)
+        for outside in ("ord/room1", "m1.rack1.room1.ord", "dfwx/room1", "room1.dfw2"):
+            r = client.put(f"/strato/v1/providers/{host}/meta",
+                           json={"location": outside, "tags": ["hipaa"]})
+            assert r.status_code == 400, (outside, r.text)
+            detail = r.json()["errors"][0]["detail"]
+            assert "location" in detail and "'dfw'" in detail, detail
+        got = client.get(f"/strato/v1/providers/{host}/meta").json()
+        assert (got["location"], got["own_location"], got["tags"]) == (None, None, [])
+
+
 def test_unknown_provider_is_404(client: TestClient) -> None:
     missing = "00000000-0000-0000-0000-000000000001"
     assert client.get(f"/strato/v1/providers/{missing}/meta").status_code == 404

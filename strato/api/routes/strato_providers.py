@@ -92,7 +92,8 @@ def update_provider_meta(request: Request, uuid: str, body: MetaUpdate) -> MetaV
     deps.require_admin(request, "strato:providers:meta:update")
     with deps.db(request).write() as conn:
         m = store.set_meta(conn, uuid, location=body.location, tags=body.tags,
-                           heartbeat=body.heartbeat)
+                           heartbeat=body.heartbeat,
+                           within=request.app.state.settings.location_prefix)
     return _view(m, store.now_utc(), _window(request))
 
 
