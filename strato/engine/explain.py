@@ -31,6 +31,8 @@ class Funnel:
     seen: int
     stages: list[tuple[str, str, int]] = field(default_factory=list)
     remaining: int = 0
+    # The rows that passed every stage (not reported: for the caller's cause).
+    alive: BoolArray | None = None
 
     def cut(self, alive: BoolArray, ok: BoolArray, stage: str, reason: str) -> BoolArray:
         gone = int(np.count_nonzero(alive & ~ok))
@@ -77,6 +79,7 @@ def group_funnel(index: ProviderIndex, group: RequestGroup, excluded: Sequence[
         alive = funnel.cut(alive, ~filters.in_any_aggregate(index, group.forbidden_aggs),
                            "aggregates", "in a forbidden aggregate")
     funnel.remaining = int(np.count_nonzero(alive))
+    funnel.alive = alive
     return funnel
 
 
@@ -92,6 +95,9 @@ def zone_cuts(index: ProviderIndex, stale_rows: BoolArray, rules: Sequence[RuleM
     return cuts
 
 
+NOTHING_FILTERED = "every provider passed the filters"
+
+
 def summary(funnels: Sequence[tuple[str, Funnel]]) -> str:
     """One line an operator can read: the biggest reasons first."""
     totals: dict[str, int] = {}
@@ -99,6 +105,6 @@ def summary(funnels: Sequence[tuple[str, Funnel]]) -> str:
         for _, reason, count in f.stages:
             totals[reason] = totals.get(reason, 0) + count
     if not totals:
-        return "every provider passed the filters"
+        return NOTHING_FILTERED
     ranked = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
     return ", ".join(f"{reason}: {count} providers" for reason, count in ranked[:6])

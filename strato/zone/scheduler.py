@@ -188,7 +188,8 @@ class Planner:
         if not explain_failure:
             raise NoValidPlacement(f"no valid placement for {count} consumer(s) in zone "
                                    f"{self.zone}", {})
-        explain = self._explain(index, groups, stale_rows, hard)
+        explain = self._explain(index, groups, stale_rows, hard, hosts=hosts, count=count,
+                                join_group=req.group)
         raise NoValidPlacement(
             f"no valid placement for {count} consumer(s) in zone {self.zone}: "
             f"{explain['summary']}", explain)
@@ -236,14 +237,27 @@ class Planner:
             limit *= 8
 
     def _explain(self, index: ProviderIndex, groups: tuple[RequestGroup, ...],
-                 stale_rows: BoolArray, rules: Sequence[RuleMask]) -> dict[str, Any]:
+                 stale_rows: BoolArray, rules: Sequence[RuleMask], *,
+                 hosts: HostArrays | None = None, count: int = 0,
+                 join_group: str | None = None) -> dict[str, Any]:
+        """The funnel of each group; for a refusal (`hosts` given) whose
+        groups each still have providers that fit, the cause is not a filter
+        but what the instances need together: said first, as `cause`."""
         cuts = explainer.zone_cuts(index, stale_rows, rules)
         funnels = [(g.suffix, explainer.group_funnel(index, g, cuts)) for g in groups]
-        return {
+        out = {
             "zone": self.zone,
             "summary": explainer.summary(funnels),
             "groups": [{"suffix": s, **f.as_dict()} for s, f in funnels],
         }
+        if hosts is not None and funnels and all(f.remaining for _, f in funnels):
+            cause = _together(index, hosts, [f for _, f in funnels], rules, count,
+                              join_group)
+            if cause is not None:
+                out["cause"] = cause
+                filtered = out["summary"] != explainer.NOTHING_FILTERED
+                out["summary"] = cause + (f"; left out: {out['summary']}" if filtered else "")
+        return out
 
 
 class LocalScheduler:
@@ -830,6 +844,43 @@ def _rows_of(index: ProviderIndex, uuids: dict[str, float | None]) -> BoolArray:
         if p is not None:
             rows[p] = True
     return rows
+
+
+def _together(index: ProviderIndex, hosts: HostArrays, funnels: Sequence[explainer.Funnel],
+              rules: Sequence[RuleMask], count: int, join_group: str | None) -> str:
+    """Why no plan came although each group has providers that fit one
+    instance: a hard rule that needs more failure domains than those
+    providers are in, else room for the instances together."""
+    alive = np.ones(index.size, dtype=bool)
+    for f in funnels:
+        if f.alive is not None:
+            alive &= f.alive[: index.size]
+    roots = sorted({int(r) for r in index.root[: index.size][alive]})
+    for m in rules:
+        s = m.spread
+        if s is None or not m.hard:
+            continue
+        doms: set[str] = {hosts.domain_of(s.level, r) for r in roots}
+        n, lv = len(doms), s.level
+        if s.kind is SpreadKind.ANTI_AFFINITY:
+            # Domains the group already holds are out (the rule's mask): the
+            # new instances need one each, when they join the group.
+            if s.name == join_group and count > n:
+                return (f"{m.reason}: {count} instances need {count} {lv}s apart, and the "
+                        f"providers that fit are in {n} {lv}(s)")
+        elif s.kind is SpreadKind.SPREAD and s.max_per_domain is not None:
+            room = sum(max(0, s.max_per_domain - s.counts.get(d, 0)) for d in doms)
+            if count > room:
+                return (f"{m.reason}: at most {s.max_per_domain} per {lv}, and the {n} "
+                        f"{lv}(s) the providers that fit are in take {room} more")
+        elif s.kind is SpreadKind.AFFINITY and count > 1:
+            return (f"{m.reason}: no single {lv} among the {n} the providers that fit are "
+                    f"in has room for all {count} instances")
+    if count > 1:
+        return (f"the {len(roots)} host(s) that fit one instance have room for fewer than "
+                f"all {count} instances together")
+    return ("the providers that fit cannot take the request's groups together (group "
+            "policy or nested providers)")
 
 
 def _solver_rule(m: RuleMask, join_group: str | None, *, hard: bool) -> SpreadRule:

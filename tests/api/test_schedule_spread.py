@@ -59,3 +59,35 @@ def test_spread_needs_no_group_and_its_fields_are_checked(client: TestClient) ->
     r = client.post("/strato/v1/schedule", json=req(
         2, constraints=[{"type": "spread", "level": "rack", "max_skew": 0}]))
     assert r.status_code == 400 and "max_skew" in r.text
+
+
+def _refusal(client: TestClient, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    r = client.post("/strato/v1/schedule", json={**body, "explain": True})
+    assert r.status_code == 409, r.text
+    err = r.json()["errors"][0]
+    return err["detail"], err.get("explain") or {}
+
+
+def test_why_nothing_names_what_the_instances_need_together(
+        client: TestClient, rack_hosts: dict[str, str]) -> None:  # noqa: F811
+    # Every provider left fits one instance: the cause is the rule that needs
+    # more racks than they are in, not the location rule that left out four.
+    detail, _ = _refusal(client, req(3, group="web", constraints=[
+        {"type": "location", "pattern": "dfw/*"}, {"type": "anti_affinity", "level": "rack"}]))
+    assert detail.split(": ", 1)[1].startswith(
+        "anti_affinity web@rack: 3 instances need 3 racks apart, and the providers that fit "
+        "are in 2 rack(s); left out: location dfw/*: 4 providers"), detail
+    detail, _ = _refusal(client, req(5, constraints=spread("rack", max_per_domain=1)))
+    assert "at most 1 per rack, and the 4 rack(s) the providers that fit are in take 4 " \
+        "more" in detail, detail
+    assert "every provider passed the filters" not in detail
+    detail, _ = _refusal(client, req(3, vcpu=6, group="db", constraints=[
+        {"type": "affinity", "level": "rack"}]))
+    assert "no single rack among the 4 the providers that fit are in has room for all 3" \
+        in detail, detail
+    detail, _ = _refusal(client, req(17, vcpu=4))
+    assert "the 8 host(s) that fit one instance have room for fewer than all 17 instances " \
+        "together" in detail, detail
+    # A filter that leaves nothing is still the cause.
+    detail, _ = _refusal(client, req(1, vcpu=400))
+    assert detail.endswith("VCPU: short of 400: 8 providers"), detail
