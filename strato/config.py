@@ -13,6 +13,9 @@ class Settings:
     auth_token: str | None = None
     max_body_bytes: int = 16 * 1024 * 1024
     zone_name: str = "local"
+    # Server processes on this database (`strato serve --workers`): a zone
+    # with children runs one (its in-flight and loop checks are per process).
+    workers: int = 1
     sqlite_synchronous: str = "FULL"
     # Seconds without a report after which a provider subject to heartbeats is
     # stale: 3 x the agent's default 30 s interval.

@@ -182,6 +182,17 @@ def _prepare_database(url: str, create: bool) -> None:
         database.dispose()
 
 
+def _children_in(url: str) -> list[str]:
+    """The names of the child zones registered in the database at `url`."""
+    from strato.store.children import list_children
+    database = Database(url)
+    try:
+        with database.read() as conn:
+            return [c.name for c in list_children(conn)]
+    finally:
+        database.dispose()
+
+
 def _pg_admin_url(url: str) -> Any:
     import sqlalchemy as sa
     return sa.engine.make_url(url).set(database="postgres")
@@ -535,7 +546,13 @@ def serve(
         if parent or tag or location_prefix:
             console.print("[red]zone tree options need --workers 1[/] (one process per zone)")
             raise typer.Exit(2)
+        kids = _children_in(url)
+        if kids:
+            console.print(f"[red]this zone has child zones ({', '.join(kids[:5])})[/]: a zone "
+                          "with children runs --workers 1 (one process per zone)")
+            raise typer.Exit(2)
         os.environ["STRATO_DB"] = url
+        os.environ["STRATO_WORKERS"] = str(workers)
         if auth_token:
             os.environ["STRATO_AUTH_TOKEN"] = auth_token
         os.environ["STRATO_STALE_AFTER"] = str(stale_after)
@@ -643,6 +660,7 @@ def app_from_env() -> FastAPI:
     max_candidates = env.get("STRATO_MAX_CANDIDATES")
     return create_app(Settings(
         db_url=env["STRATO_DB"], auth_token=env.get("STRATO_AUTH_TOKEN"),
+        workers=int(env.get("STRATO_WORKERS", 1)),
         stale_after=float(env.get("STRATO_STALE_AFTER", 90.0)),
         schedule_concurrency=int(env.get("STRATO_SCHEDULE_CONCURRENCY", 1)),
         weigher=env.get("STRATO_WEIGHER"),

@@ -3,6 +3,9 @@ it, counts every worker's requests (prometheus-client's multiprocess mode)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -12,6 +15,9 @@ import pytest
 
 from tests.api.test_health import value
 from tests.helpers import api
+from strato.process import free_port
+from strato.store.children import upsert_child
+from strato.store.db import Database
 from tests.helpers.server import ServerProcess
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -67,3 +73,29 @@ def _pids(url: str, seconds: float = 60.0) -> set[int]:
         if len(pids) < 2:
             time.sleep(0.05)
     return pids
+
+
+def test_a_zone_with_children_runs_one_worker(pg_db_url: str, tmp_path: Path) -> None:
+    # Its in-flight consumer and loop checks are per process: two workers
+    # could each place one consumer in a different child.
+    with ServerProcess(pg_db_url, log_path=tmp_path / "server.log",
+                       extra=["--workers", "2"]) as server:
+        with httpx.Client(base_url=server.url, headers=H, timeout=30) as c:
+            r = c.post("/strato/v1/children", json={"name": "dfw",
+                                                    "url": "http://127.0.0.1:9"})
+            assert r.status_code == 409, r.text
+            assert "--workers 1" in r.json()["errors"][0]["detail"]
+            assert c.get("/strato/v1/children").json()["children"] == []
+    # A database that has children already: refused at start, saying why.
+    db = Database(pg_db_url)
+    try:
+        with db.write() as conn:
+            upsert_child(conn, "dfw", "http://127.0.0.1:9", None, [], None)
+    finally:
+        db.dispose()
+    done = subprocess.run(
+        [sys.executable, "-m", "strato.cli.main", "serve", "--db", pg_db_url, "--port",
+         str(free_port()), "--workers", "2"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "child zones (dfw)" in done.stdout + done.stderr

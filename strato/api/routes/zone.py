@@ -177,6 +177,12 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
     ctx = deps.context(request)
     if not (ctx.is_admin or REGISTRATION_ROLE in ctx.roles):
         raise errors.Forbidden("Policy does not allow strato:children:create to be performed.")
+    workers = request.app.state.settings.workers
+    if workers > 1:
+        raise errors.Conflict(
+            f"this zone runs {workers} server processes (strato serve --workers): a zone "
+            "with children runs one, since its checks of consumers in flight and of "
+            "zone loops are per process; restart it with --workers 1 first")
     tree = tree_of(request)
     _callable_here(tree, body.url)
     await _not_this_zone(request, tree, body)
