@@ -230,6 +230,64 @@ def relax_scattered(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSp
     return {**answer, "relaxed": [*answer.get("relaxed", []), *more]} if more else answer
 
 
+def soft_misses(req: ScheduleRequest, child: Child, kids: Sequence[Child],
+                wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy
+                ) -> list[tuple[int, SpreadRuleSpec]]:
+    """The soft rules above the children that one more instance in `child`
+    would break, given where the groups' members are (`kids`: the children
+    it is chosen among, for a spread's emptiest domain)."""
+    out = []
+    for i, r in wide:
+        if r.hard:
+            continue
+        d = domain(child, r.level) or child.name
+        counts = occ.get(i, Counter())
+        if r.type == "anti_affinity":
+            missed = counts[d] > 0
+        elif r.type == "spread":
+            low = min((counts[domain(k, r.level) or k.name] for k in kids), default=0)
+            missed = (r.max_per_domain is not None and counts[d] >= r.max_per_domain) or \
+                counts[d] + 1 - low > r.max_skew
+        else:  # affinity: where the members are, once there are any
+            missed = sum(counts.values()) > 0 and counts[d] == 0
+        if missed:
+            out.append((i, r))
+    return out
+
+
+def penalties(req: ScheduleRequest, kids: Sequence[Child],
+              wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy
+              ) -> dict[str, float] | None:
+    """For one instance: each child's weight of the soft rules above the
+    children it would break (asked in that order: those that break none
+    first); None when every child keeps them all."""
+    if len(req.consumers) != 1:
+        return None  # several are divided among the children (schedule_across)
+    out = {k.name: sum(r.weight for _, r in soft_misses(req, k, kids, wide, occ))
+           for k in kids}
+    return out if any(out.values()) else None
+
+
+def relax_missed(req: ScheduleRequest, kids: Sequence[Child],
+                 wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy,
+                 answer: dict[str, Any]) -> dict[str, Any]:
+    """`answer` (one instance) with the soft rules above the children that the
+    child it was placed in breaks in `relaxed`: none that kept them had room."""
+    by_name = {k.name: k for k in kids}
+    seen = {x.get("index") for x in answer.get("relaxed", [])}
+    more: list[dict[str, Any]] = []
+    for p in answer.get("placements", []):
+        segs = str(p.get("zone", "")).split("/")
+        child = by_name.get(segs[1]) if len(segs) > 1 else None
+        if child is None:
+            continue
+        for i, r in soft_misses(req, child, kids, wide, occ):
+            if i not in seen:
+                seen.add(i)
+                more.append(_relaxed(i, r, req))
+    return {**answer, "relaxed": [*answer.get("relaxed", []), *more]} if more else answer
+
+
 def allowed(req: ScheduleRequest, kids: Sequence[Child],
             wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy, unknown: set[str],
             outcomes: list[Outcome]) -> list[Child]:

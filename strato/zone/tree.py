@@ -35,7 +35,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -934,13 +934,18 @@ class ZoneTree:
             occ, unknown = split.occupancy(req, kids, wide, found)
             first: list[Outcome] = []
             kids = split.allowed(req, kids, wide, occ, unknown, first)
-            answer, outcomes = await self._place_in(req, kids, attempt, occ)
+            # One instance: the children that keep the soft rules are asked first.
+            penalty = split.penalties(req, kids, wide, occ)
+            answer, outcomes = await self._place_in(req, kids, attempt, occ, penalty)
             if answer is not None:
                 answer = split.relax_scattered(req, wide, occ, answer)
+                if penalty:
+                    answer = split.relax_missed(req, kids, wide, occ, answer)
             return answer, first + outcomes
 
     async def _place_in(self, req: ScheduleRequest, kids: Sequence[Child],
-                        attempt: Attempt | None, occ: split.Occupancy | None
+                        attempt: Attempt | None, occ: split.Occupancy | None,
+                        penalty: Mapping[str, float] | None = None
                         ) -> tuple[dict[str, Any] | None, list[Outcome]]:
         await self._refresh_due(kids)
         outcomes: list[Outcome] = []
@@ -949,7 +954,7 @@ class ZoneTree:
             answer = await shared.schedule_split(self, req, attempt, outcomes, kids, occ)
         divide = split.must_split(req, kids)
         if answer is None and not divide:
-            answer = await self._decide(req, kids, outcomes, attempt)
+            answer = await self._decide(req, kids, outcomes, attempt, penalty=penalty)
         pruned = [c for c in kids if any(o.zone == c.name and o.outcome == Result.PRUNED
                                          for o in outcomes)]
         if answer is None and pruned and not divide:
@@ -959,7 +964,8 @@ class ZoneTree:
                        attempt.remaining() * 0.5 if attempt else self.config.child_timeout)
             await self.refresh(pruned, fresh=True, wait=max(0.0, wait))
             retry: list[Outcome] = []
-            answer = await self._decide(req, pruned, retry, attempt, local=False)
+            answer = await self._decide(req, pruned, retry, attempt, local=False,
+                                        penalty=penalty)
             outcomes = [o for o in outcomes if o.outcome != Result.PRUNED] + retry
         if answer is None and len(req.consumers) > 1 and not outage(outcomes):
             # No child takes it whole: divide it among several (zone/split.py),
@@ -1075,11 +1081,23 @@ class ZoneTree:
 
     async def _decide(self, req: ScheduleRequest, kids: Sequence[Child],
                       outcomes: list[Outcome], attempt: Attempt | None, *,
-                      local: bool = True) -> dict[str, Any] | None:
+                      local: bool = True, penalty: Mapping[str, float] | None = None
+                      ) -> dict[str, Any] | None:
+        """The best of the options that place `req`; with `penalty` (child name
+        -> weight of the soft rules it would break), those with the least
+        first, in tiers."""
         options = await self._options(req, kids, outcomes, local=local)
-        if req.mode == "best":
-            return await self._best(req, options, outcomes, attempt)
-        return await self._delegate(req, options, outcomes, attempt)
+        tiers: dict[float, list[tuple[float, str, Child | None]]] = {}
+        for o in options:
+            tiers.setdefault((penalty or {}).get(o[1], 0.0), []).append(o)
+        ranked = [tiers[p] for p in sorted(tiers)] or [[]]
+        for n, tier in enumerate(ranked):
+            last = n == len(ranked) - 1
+            got = await (self._best(req, tier, outcomes, attempt) if req.mode == "best"
+                         else self._delegate(req, tier, outcomes, attempt, final=last))
+            if got is not None:
+                return got
+        return None
 
     async def _options(self, req: ScheduleRequest, kids: Sequence[Child],
                        outcomes: list[Outcome], *, local: bool = True
@@ -1299,10 +1317,11 @@ class ZoneTree:
 
     async def _delegate(self, req: ScheduleRequest,
                         options: Sequence[tuple[float, str, Child | None]],
-                        outcomes: list[Outcome], attempt: Attempt | None
-                        ) -> dict[str, Any] | None:
+                        outcomes: list[Outcome], attempt: Attempt | None, *,
+                        final: bool = True) -> dict[str, Any] | None:
         for i, (_, name, child) in enumerate(options):
-            share = 1.0 if i == len(options) - 1 else NEXT_SHARE
+            # The last option asked may take all the time left.
+            share = 1.0 if final and i == len(options) - 1 else NEXT_SHARE
             got = await (self._run_local(req, attempt) if child is None
                          else self._ask(child, req, attempt, share))
             if isinstance(got, Outcome):

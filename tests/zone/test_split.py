@@ -619,3 +619,36 @@ def test_affinity_to_a_group_already_in_two_room_cells(tmp_path: Path) -> None:
         r = await tree.client("global").post("/strato/v1/schedule", json=req(3, vcpu=1))
         assert r.status_code == 200, r.text
     run(tmp_path, in_rooms(scenario), zones=ROOMS, hosts=0)
+
+
+def test_soft_rules_above_the_cells_steer_a_single_instance(tmp_path: Path) -> None:
+    """One instance at a time: a soft anti-affinity sends each to the site
+    without a member while there is one (then relaxed, said so); a soft
+    affinity follows the members; a soft spread goes to the emptiest site."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+
+        async def one(group: str, rule: dict[str, Any], vcpu: int = 1) -> dict[str, Any]:
+            r = await root.post("/strato/v1/schedule", json=req(
+                1, vcpu=vcpu, group=group, constraints=[{**rule, "hard": False}]))
+            assert r.status_code == 200, r.text
+            return dict(r.json())
+
+        anti = {"type": "anti_affinity", "level": "site"}
+        first = await one("web", anti)
+        second = await one("web", anti)
+        assert {*cells(first), *cells(second)} == {"dfw", "ord"}
+        assert first["relaxed"] == second["relaxed"] == []
+        third = await one("web", anti)
+        assert [x["rule"] for x in third["relaxed"]] == ["anti_affinity web@site"]
+        # Affinity: wherever the first went, the next five follow.
+        lead = cells(await one("db", {"type": "affinity", "level": "site"}))
+        for _ in range(5):
+            got = await one("db", {"type": "affinity", "level": "site"})
+            assert cells(got) == lead and got["relaxed"] == []
+        # Spread: each next instance to the site with fewer members.
+        seen: Counter[str] = Counter()
+        for _ in range(6):
+            seen += cells(await one("api", {"type": "spread", "level": "site"}))
+        assert seen == {"dfw": 3, "ord": 3}
+    run(tmp_path, scenario)
