@@ -63,6 +63,8 @@ def own_summary(index: ProviderIndex, hosts: HostArrays, excluded: BoolArray
 
 
 _KEPT = "zone-summary"
+# Up to this many changed rows are caught up one by one (see _Class).
+FEW_ROWS = 8
 
 
 class _Class:
@@ -95,6 +97,9 @@ class _Class:
 
     def catch_up(self, index: ProviderIndex, rows: npt.NDArray[np.int64]) -> None:
         col = index.rc[self.rc]
+        if len(rows) <= FEW_ROWS:
+            self._catch_up_rows(col.capacity, col.used, rows.tolist())
+            return
         used = col.used[rows]
         counted = self.counted[rows]
         self.used += held_sum(used[counted] - self.used_seen[rows][counted])
@@ -104,6 +109,22 @@ class _Class:
         self.row_free[rows] = free
         usable = rows[self.usable[rows]]
         self.share[usable] = np.clip(self.row_free[usable] / col.capacity[usable], 0.0, 1.0)
+
+    def _catch_up_rows(self, capacity: npt.NDArray[np.int64], used_now: npt.NDArray[np.int64],
+                       rows: list[int]) -> None:
+        """`catch_up` for a few rows (a claim's hosts), one by one: the same
+        figures, without a dozen array operations on one element each."""
+        for p in rows:
+            used = int(used_now[p])
+            if self.counted[p]:
+                self.used += used - int(self.used_seen[p])
+            self.used_seen[p] = used
+            cap = int(capacity[p])
+            free = float(max(cap - used, 0)) if self.free_here[p] else 0.0
+            self.tree_free[self.roots[p]] += free - self.row_free[p]
+            self.row_free[p] = free
+            if self.usable[p]:
+                self.share[p] = min(max(free / cap, 0.0), 1.0)
 
     def figures(self) -> dict[str, Any]:
         share = float(self.share.max()) if self.usable.any() else 0.0
