@@ -855,12 +855,15 @@ def _together(index: ProviderIndex, hosts: HostArrays, funnels: Sequence[explain
     for f in funnels:
         if f.alive is not None:
             alive &= f.alive[: index.size]
-    roots = sorted({int(r) for r in index.root[: index.size][alive]})
+    # Vectorised: a full zone refuses every request, each explained.
+    roots = np.unique(index.root[: index.size][alive])
     for m in rules:
         s = m.spread
-        if s is None or not m.hard:
+        if s is None or not m.hard or s.level not in hosts.domains:
             continue
-        doms: set[str] = {hosts.domain_of(s.level, r) for r in roots}
+        codes = np.unique(hosts.domains[s.level][roots])
+        names = hosts.domain_names[s.level]
+        doms = [names[int(c)] for c in codes]
         n, lv = len(doms), s.level
         if s.kind is SpreadKind.ANTI_AFFINITY:
             # Domains the group already holds are out (the rule's mask): the
