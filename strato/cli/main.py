@@ -248,7 +248,8 @@ def serve(
                                 "free room first) or pack. Default: spread."),
     class_weights: str = typer.Option(None, envvar="STRATO_CLASS_WEIGHTS",
                                       help="Per resource class weight in the ranking, e.g. "
-                                      "VCPU:2,MEMORY_MB:1 (others 1)."),
+                                      "VCPU=2,MEMORY_MB=1 (others 1; CLASS:WEIGHT "
+                                      "works too)."),
     randomize_candidates: bool = typer.Option(None, envvar="STRATO_RANDOMIZE_CANDIDATES",
                                               help="Break ranking ties randomly instead of "
                                               "by provider uuid."),
