@@ -287,22 +287,33 @@ def print_explain(console: Console, explain: dict[str, Any] | None) -> None:
         console.print(f"summary{zone}: {explain['summary']}")
 
 
+def tally(answer: dict[str, Any]) -> str:
+    """The closing line: how many of the consumers were (or would be) placed, which not."""
+    placed, unplaced = len(answer["placements"]), list(answer.get("unplaced") or [])
+    verb = "would be placed" if answer.get("dry_run") else "placed"
+    line = f"{placed} of {placed + len(unplaced)} consumer(s) {verb}"
+    if unplaced:
+        line += f"; not placed: {', '.join(unplaced)}"
+    if answer.get("retries"):
+        line += f"; retries {answer['retries']}"
+    if answer.get("replayed"):
+        line += f"; replayed answer of request_id {answer.get('request_id')}"
+    return line
+
+
 def print_answer(console: Console, answer: dict[str, Any], names: dict[str, str]) -> None:
+    """The answer first (the placements, or why nothing fits), then the funnel, then
+    the tally."""
+    if answer.get("detail"):
+        console.print(f"[red]nothing fits[/]: {answer['detail']}", soft_wrap=True)
     if answer["placements"]:
         console.print(placements_table(answer, names))
     for r in answer.get("relaxed", []):
         what = r.get("rule") or r["type"]
         console.print(f"[yellow]relaxed[/] soft rule #{r['index']} {what} "
                       f"(weight {r['weight']:g})")
-    if answer.get("unplaced"):
-        console.print(f"[yellow]unplaced[/]: {', '.join(answer['unplaced'])}")
-    parts = [f"{len(answer['placements'])} placed", f"retries {answer.get('retries', 0)}"]
-    if answer.get("replayed"):
-        parts.append(f"replayed answer of request_id {answer.get('request_id')}")
-    console.print(", ".join(parts))
     print_explain(console, answer.get("explain"))
-    if answer.get("detail"):
-        console.print(f"[red]nothing fits[/]: {answer['detail']}")
+    console.print(tally(answer), soft_wrap=True)
 
 
 def host_names(c: httpx.Client, answer: dict[str, Any]) -> dict[str, str]:
