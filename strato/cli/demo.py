@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
+from strato.cli import consoles
 from strato.cli.tree import render
 from strato.model import errors
 from strato.process import ServerProcess, free_port
@@ -692,7 +693,7 @@ def run_demo(providers: int = 2000, requests: int = 500, keep: bool = False,
              clients: int = 8, seed: int = 7) -> int:
     opts = Options(providers=providers, requests=requests, clients=clients, seed=seed,
                    keep=keep)
-    console = Console()
+    console = consoles.console()
     started = time.perf_counter()
     root_dir = Path(tempfile.mkdtemp(prefix="strato-demo-"))
     zp = ZoneProcesses(root_dir)

@@ -18,17 +18,16 @@ from typing import Any
 
 import httpx
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from strato.cli import hints
+from strato.cli import consoles, hints
 from strato.cli.schedule import JSON, TOKEN, URL
 from strato.model.amounts import AmountError, parse_amounts
 
 providers_app = typer.Typer(
     help="A zone's providers: list (the default), add, set, delete.",
     invoke_without_command=True, rich_markup_mode=None)
-err = Console(stderr=True)
+err = consoles.console(stderr=True)
 # The microversion these commands speak: 1.20 returns the provider on create,
 # 1.39 is the newest the engine implements and what Nova uses.
 MICROVERSION = "placement 1.39"
@@ -80,7 +79,7 @@ def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool
                    f"{hints.refused(r.status_code)}", err=True)
         raise typer.Exit(1)
     body = r.json()
-    console = Console()
+    console = consoles.console()
     if as_json:
         console.print_json(data=body)
         return
@@ -366,7 +365,7 @@ def delete(provider: str = typer.Argument(..., help="Name or UUID."),
     z = _Zone(url, token)
     rp = z.find(provider)
     z.call("DELETE", f"/resource_providers/{rp['uuid']}")
-    Console().print(f"deleted provider {rp['name']} {rp['uuid']}")
+    consoles.console().print(f"deleted provider {rp['name']} {rp['uuid']}")
 
 
 def _code(r: httpx.Response) -> str | None:
@@ -385,9 +384,9 @@ def _show(z: _Zone, u: str, as_json: bool, line: str) -> None:
             "parent_provider_uuid": rp.get("parent_provider_uuid"), "inventories": inv,
             "traits": traits, "location": meta["location"], "tags": meta["tags"]}
     if as_json:
-        Console().print_json(data=view)
+        consoles.console().print_json(data=view)
         return
-    out = Console()
+    out = consoles.console()
     out.print(line)
     for rc, i in sorted(inv.items()):
         out.print(f"  {rc}: total {i['total']}, reserved {i['reserved']}, "

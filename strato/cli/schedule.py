@@ -26,7 +26,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from strato.cli import hints
+from strato.cli import consoles, hints
 from strato.model.amounts import AmountError, parse_amounts
 
 DEFAULT_URL = "http://127.0.0.1:8780"
@@ -345,8 +345,8 @@ def _error(r: httpx.Response) -> tuple[str, str]:
 def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
         timeout: float) -> int:
     """Send the request, print the answer; the exit code."""
-    out = Console()
-    err = Console(stderr=True)
+    out = consoles.console()
+    err = consoles.console(stderr=True)
     try:
         body = build_request(inp)
     except InputError as exc:

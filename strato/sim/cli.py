@@ -11,7 +11,16 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-console = Console(stderr=True)
+from strato.cli import consoles
+
+console = consoles.console(stderr=True)
+
+
+def _wide() -> Console:
+    """Stdout, wide enough for every column of the tables even in a narrow terminal."""
+    out = consoles.console()
+    out.width = max(110, out.width)
+    return out
 
 
 @contextmanager
@@ -107,7 +116,7 @@ def _print_seeds(summary: dict[str, Any]) -> None:
         t.add_row(name, f"{100 * m['accepted_load_share']:.1f}%",
                   f"{100 * m['rejection_rate']:.2f}%", f"{m['p50_ms']:.2f}",
                   f"{m['hard_violations'] + m['invariant_violations']:.0f}")
-    Console(width=max(110, Console().width)).print(t)
+    _wide().print(t)
 
 
 def _print(data: dict[str, Any]) -> None:
@@ -123,8 +132,7 @@ def _print(data: dict[str, Any]) -> None:
                   f"{s['latency_ms']['p99']:.2f}", f"{s['placements_per_s']:.0f}",
                   f"{100 * s['soft_rules']['satisfaction']:.0f}%",
                   str(s["hard_violations"] + s["invariant_violations"]))
-    # Wide enough for every column even when stdout is not a terminal.
-    Console(width=max(110, Console().width)).print(t)
+    _wide().print(t)
     if data.get("exact"):
         ex = data["exact"]
         console.print(f"exact: {100 * ex['objective_share']:.1f}% of offered load "
