@@ -376,7 +376,7 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
     if as_json:
         return 2 if r.status_code == 400 else 1
     if r.status_code == 409 and code == NO_VALID_PLACEMENT:
-        err.print(f"[red]no valid placement[/]: {detail}")
+        err.print(f"[red]no valid placement[/]: {detail}", soft_wrap=True)
         print_explain(out, r.json().get("explain"))
         return 1
     if r.status_code == 400:
