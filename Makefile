@@ -9,10 +9,13 @@ STAMP := $(VENV)/.installed
 all: test
 
 $(BIN)/python:
+	@echo "creating the virtualenv $(VENV)"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# pip stays quiet (-q); the line before it says what the wait is for.
 $(STAMP): pyproject.toml | $(BIN)/python
+	@echo "installing strato and its dependencies ('.[dev]') into $(VENV): about a minute, once"
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from strato.model.amounts import AmountError, parse_amounts
 from strato.model.location import LocationError, canonical_location, canonical_tags
 
 DEFAULT_INTERVAL = 30.0
@@ -123,17 +124,11 @@ def load_file(path: str | Path) -> dict[str, Any]:
 
 def parse_pairs(items: list[str], cast: type[int] | type[float], what: str
                 ) -> dict[str, Any]:
-    """`CLASS=VALUE` flags as a dict."""
-    out: dict[str, Any] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            out[name.strip().upper()] = cast(value)
-        except ValueError:
-            raise ConfigError(f"{what}: expected CLASS=VALUE, got {item!r}") from None
-    return out
+    """`CLASS=VALUE` / `CLASS:VALUE` flags (repeatable, or comma separated) as a dict."""
+    try:
+        return dict(parse_amounts(items, cast))
+    except AmountError as exc:
+        raise ConfigError(f"{what} {exc}") from None
 
 
 def machine_uuid() -> str:

@@ -31,9 +31,10 @@ def agent(
     disk_path: list[str] = typer.Option(None, help="Path whose filesystem counts toward "
                                         "DISK_GB (repeatable; default /)."),
     reserve: list[str] = typer.Option(None, help="Static reservation CLASS=N, e.g. "
-                                      "MEMORY_MB=2048 (repeatable)."),
+                                      "MEMORY_MB=2048 (repeatable; CLASS:N works too)."),
     allocation_ratio: list[str] = typer.Option(None, help="Enforce CLASS=RATIO, e.g. "
-                                               "VCPU=4.0 (repeatable)."),
+                                               "VCPU=4.0 (repeatable; CLASS:RATIO works "
+                                               "too)."),
     measure: str = typer.Option(None, help="Classes whose usage outside Strato is reserved: "
                                 "comma list, or 'none' (default VCPU,MEMORY_MB,DISK_GB)."),
     interval: float = typer.Option(None, help=f"Seconds between reports (default "

@@ -12,15 +12,14 @@ from typing import Any
 
 import httpx
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from strato.cli import hints
+from strato.cli import consoles, hints
 from strato.cli.schedule import JSON, TOKEN, URL
 
 children_app = typer.Typer(help="A zone's child zones: list, add, remove.",
                            no_args_is_help=True, rich_markup_mode=None)
-err = Console(stderr=True)
+err = consoles.console(stderr=True)
 
 
 def _call(method: str, url: str, path: str, token: str, body: Any = None) -> httpx.Response:
@@ -50,7 +49,7 @@ def list_children(url: str = URL, token: str = TOKEN, as_json: bool = JSON) -> N
         _failed(r)
     kids = r.json()["children"]
     if as_json:
-        Console().print_json(data=r.json())
+        consoles.console().print_json(data=r.json())
         return
     t = Table(title=f"children of {url}")
     for col in ("name", "url", "location", "tags", "health", "in doubt"):
@@ -61,7 +60,7 @@ def list_children(url: str = URL, token: str = TOKEN, as_json: bool = JSON) -> N
             f"[red]down[/] {str(h.get('last_error') or '')[:60]}"
         t.add_row(k["name"], k["url"], k.get("location_prefix") or "",
                   ", ".join(k.get("tags") or []), state, str(k.get("in_doubt", 0)))
-    Console().print(t)
+    consoles.console().print(t)
 
 
 @children_app.command("add")
@@ -81,7 +80,7 @@ def add_child(name: str = typer.Argument(..., help="The child zone's name."),
     r = _call("POST", url, "/strato/v1/children", token, body)
     if r.status_code not in (200, 201):
         _failed(r)
-    Console().print(f"{'added' if r.status_code == 201 else 'updated'} child {name} "
+    consoles.console().print(f"{'added' if r.status_code == 201 else 'updated'} child {name} "
                     f"({child_url})")
 
 
@@ -92,4 +91,4 @@ def remove_child(name: str = typer.Argument(..., help="The child zone's name."),
     r = _call("DELETE", url, f"/strato/v1/children/{name}", token)
     if r.status_code != 204:
         _failed(r)
-    Console().print(f"removed child {name}")
+    consoles.console().print(f"removed child {name}")

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from strato.cli import consoles
 
 ENV = "STRATO_CONFIG"
 # Never printed: shown as "****".
@@ -173,8 +174,8 @@ def show(ctx: typer.Context,
         try:
             from_file = load(Path(config), serve)
         except ConfigError as exc:
-            Console(stderr=True).print(f"[red]invalid configuration[/]: {exc}",
-                                       soft_wrap=True)
+            consoles.console(stderr=True).print(f"[red]invalid configuration[/]: {exc}",
+                                                soft_wrap=True)
             raise typer.Exit(2) from None
     rows = effective(serve, from_file, os.environ)
     if as_json:
@@ -186,4 +187,4 @@ def show(ctx: typer.Context,
         t.add_column(col)
     for row in rows:
         t.add_row(*row)
-    Console().print(t)
+    consoles.console().print(t)

@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
+from strato.cli import consoles
 from strato.cli.tree import render
 from strato.model import errors
 from strato.process import ServerProcess, free_port
@@ -66,6 +67,8 @@ HEADERS = {"x-auth-token": "admin", "openstack-api-version": "placement 1.39"}
 AVX2 = "HW_CPU_X86_AVX2"
 SHARES = "MISC_SHARES_VIA_AGGREGATE"
 RACK_SIZE = 20
+# The status recorded when the root did not answer at all (a transport error).
+NO_ANSWER = 599
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +384,7 @@ def send(client: httpx.Client, kind: str, body: dict[str, Any]) -> Result:
         try:
             r = client.post("/strato/v1/schedule", json=body)
         except httpx.HTTPError as exc:
-            status, answer = 599, {"errors": [{"detail": f"{type(exc).__name__}: {exc}"}]}
+            status, answer = NO_ANSWER, {"errors": [{"detail": f"{type(exc).__name__}: {exc}"}]}
         else:
             status, answer = r.status_code, (r.json() if r.content else None)
         lost_race = status == 409 and isinstance(answer, dict) and (
@@ -513,18 +516,26 @@ def zones_table(results: Sequence[Result]) -> Table:
     return t
 
 
+def refusal(r: Result) -> str:
+    """`409 strato.no_valid_placement`: the HTTP status and error code of a refusal."""
+    if r.status == NO_ANSWER:
+        return "no answer"
+    return f"{r.status} {r.code}".strip()
+
+
 def rejections_table(results: Sequence[Result]) -> Table:
-    t = Table(title="Rejected requests and why (the 409 or 503 body's explain)")
-    for col in ("before kill", "after kill", "kind", "reason"):
+    t = Table(title="Rejected requests and why (the error body's code and explain)")
+    for col in ("before kill", "after kill", "kind", "status", "reason"):
         t.add_column(col, justify="right" if "kill" in col else "left",
-                     overflow="fold" if col == "reason" else "ellipsis")
-    grouped: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+                     overflow="fold" if col == "reason" else "ellipsis",
+                     no_wrap=col == "status")
+    grouped: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     for r in results:
         if not r.ok:
-            grouped[(r.kind, r.reason)][r.after_kill] += 1
-    for (kind, reason), (before, after) in sorted(grouped.items(),
-                                                  key=lambda kv: -sum(kv[1]))[:8]:
-        t.add_row(str(before), str(after), kind, reason)
+            grouped[(r.kind, refusal(r), r.reason)][r.after_kill] += 1
+    for (kind, status, reason), (before, after) in sorted(grouped.items(),
+                                                          key=lambda kv: -sum(kv[1]))[:8]:
+        t.add_row(str(before), str(after), kind, status, reason)
     return t
 
 
@@ -692,7 +703,7 @@ def run_demo(providers: int = 2000, requests: int = 500, keep: bool = False,
              clients: int = 8, seed: int = 7) -> int:
     opts = Options(providers=providers, requests=requests, clients=clients, seed=seed,
                    keep=keep)
-    console = Console()
+    console = consoles.console()
     started = time.perf_counter()
     root_dir = Path(tempfile.mkdtemp(prefix="strato-demo-"))
     zp = ZoneProcesses(root_dir)

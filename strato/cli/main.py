@@ -14,9 +14,9 @@ from typing import Any
 
 import typer
 from fastapi import FastAPI
-from rich.console import Console
 
 from strato import logs, trace
+from strato.cli import consoles
 from strato.config import Settings
 from strato.model.location import LocationError, canonical_location, canonical_tags
 from strato.store.db import Database, default_sqlite_url
@@ -29,7 +29,7 @@ app = typer.Typer(help="Strato: distributed, hierarchical resource scheduler and
 db_app = typer.Typer(help="Database schema management.", no_args_is_help=True,
                      rich_markup_mode=None)
 app.add_typer(db_app, name="db")
-console = Console(stderr=True)
+console = consoles.console(stderr=True)
 
 
 def _version(value: bool) -> None:
@@ -259,7 +259,8 @@ def serve(
                                 "free room first) or pack. Default: spread."),
     class_weights: str = typer.Option(None, envvar="STRATO_CLASS_WEIGHTS",
                                       help="Per resource class weight in the ranking, e.g. "
-                                      "VCPU:2,MEMORY_MB:1 (others 1)."),
+                                      "VCPU=2,MEMORY_MB=1 (others 1; CLASS:WEIGHT "
+                                      "works too)."),
     randomize_candidates: bool = typer.Option(None, envvar="STRATO_RANDOMIZE_CANDIDATES",
                                               help="Break ranking ties randomly instead of "
                                               "by provider uuid."),

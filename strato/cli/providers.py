@@ -18,20 +18,19 @@ from typing import Any
 
 import httpx
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from strato.cli import hints
+from strato.cli import consoles, hints
 from strato.cli.schedule import JSON, TOKEN, URL
+from strato.model.amounts import AmountError, parse_amounts
 
 providers_app = typer.Typer(
     help="A zone's providers: list (the default), add, set, delete.",
     invoke_without_command=True, rich_markup_mode=None)
-err = Console(stderr=True)
+err = consoles.console(stderr=True)
 # The microversion these commands speak: 1.20 returns the provider on create,
 # 1.39 is the newest the engine implements and what Nova uses.
 MICROVERSION = "placement 1.39"
-_CLASS = re.compile(r"^[A-Z0-9_]{1,255}$")
 _TRAIT = re.compile(r"^[A-Z0-9_]{1,255}$")
 
 @providers_app.callback()
@@ -80,7 +79,7 @@ def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool
                    f"{hints.refused(r.status_code)}", err=True)
         raise typer.Exit(1)
     body = r.json()
-    console = Console()
+    console = consoles.console()
     if as_json:
         console.print_json(data=body)
         return
@@ -171,22 +170,16 @@ def _bad(flag: str, value: str, why: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _pairs(flag: str, values: list[str] | None, number: type) -> dict[str, Any]:
-    """`CLASS=N` flags (repeatable) as {CLASS: N}."""
-    out: dict[str, Any] = {}
-    for v in values or []:
-        rc, sep, amount = v.partition("=")
-        rc = rc.strip().upper()
-        if not sep or not _CLASS.match(rc):
-            raise _bad(flag, v, "expected CLASS=AMOUNT, e.g. VCPU=8 or CUSTOM_GPU=2")
-        try:
-            n = number(amount)
-        except ValueError:
-            raise _bad(flag, v, f"{amount!r} is not a{'n integer' if number is int else ' number'}"
-                       ) from None
+def _pairs(flag: str, values: list[str] | None, number: type[int] | type[float]
+           ) -> dict[str, Any]:
+    """`CLASS=N` / `CLASS:N` flags (repeatable, or comma separated) as {CLASS: N}."""
+    try:
+        out: dict[str, Any] = parse_amounts(values or [], number)
+    except AmountError as exc:
+        raise _bad(flag, exc.item, exc.why) from None
+    for rc, n in out.items():
         if n < 0 or (number is float and n <= 0):
-            raise _bad(flag, v, "must be positive")
-        out[rc] = n
+            raise _bad(flag, f"{rc}={n}", "must be positive")
     return out
 
 
@@ -243,9 +236,11 @@ LOCATION = typer.Option(None, "--location", help="Where it is: 'dfw/room1/rack1/
                                                  "pragma form 'h1.rack1.room1.dfw'.")
 TAGS = typer.Option(None, "--tag", help="A tag such as hipaa (repeatable).")
 RESOURCE = typer.Option(None, "--resource", "-r", help="CLASS=TOTAL, e.g. VCPU=16 "
-                                                       "(repeatable).")
-RESERVED = typer.Option(None, "--reserved", help="CLASS=RESERVED, e.g. MEMORY_MB=512.")
-RATIO = typer.Option(None, "--ratio", help="CLASS=ALLOCATION_RATIO, e.g. VCPU=4.0.")
+                        "(repeatable or comma separated; CLASS:TOTAL works too).")
+RESERVED = typer.Option(None, "--reserved", help="CLASS=RESERVED, e.g. MEMORY_MB=512 "
+                        "(or CLASS:RESERVED).")
+RATIO = typer.Option(None, "--ratio", help="CLASS=ALLOCATION_RATIO, e.g. VCPU=4.0 "
+                     "(or CLASS:RATIO).")
 
 
 @providers_app.command("add")
@@ -370,7 +365,7 @@ def delete(provider: str = typer.Argument(..., help="Name or UUID."),
     z = _Zone(url, token)
     rp = z.find(provider)
     z.call("DELETE", f"/resource_providers/{rp['uuid']}")
-    Console().print(f"deleted provider {rp['name']} {rp['uuid']}")
+    consoles.console().print(f"deleted provider {rp['name']} {rp['uuid']}")
 
 
 def _code(r: httpx.Response) -> str | None:
@@ -389,9 +384,9 @@ def _show(z: _Zone, u: str, as_json: bool, line: str) -> None:
             "parent_provider_uuid": rp.get("parent_provider_uuid"), "inventories": inv,
             "traits": traits, "location": meta["location"], "tags": meta["tags"]}
     if as_json:
-        Console().print_json(data=view)
+        consoles.console().print_json(data=view)
         return
-    out = Console()
+    out = consoles.console()
     out.print(line)
     for rc, i in sorted(inv.items()):
         out.print(f"  {rc}: total {i['total']}, reserved {i['reserved']}, "

@@ -13,13 +13,12 @@ import uuid
 
 import httpx
 import typer
-from rich.console import Console
 
-from strato.cli import hints
+from strato.cli import consoles, hints
 from strato.cli.schedule import TOKEN, URL
 
-console = Console()
-err = Console(stderr=True)
+console = consoles.console()
+err = consoles.console(stderr=True)
 
 
 def _detail(r: httpx.Response) -> str:

@@ -26,7 +26,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from strato.cli import hints
+from strato.cli import consoles, hints
+from strato.model.amounts import AmountError, parse_amounts
 
 DEFAULT_URL = "http://127.0.0.1:8780"
 NO_VALID_PLACEMENT = "strato.no_valid_placement"
@@ -79,19 +80,11 @@ def split_rule(text: str) -> RuleFlag:
 
 
 def parse_resources(text: str) -> dict[str, int]:
-    """`VCPU:2,MEMORY_MB:4096` -> {"VCPU": 2, "MEMORY_MB": 4096}."""
-    out: dict[str, int] = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        name, sep, amount = part.partition(":")
-        try:
-            if not sep:
-                raise ValueError
-            out[name.strip()] = int(amount)
-        except ValueError:
-            raise InputError(f"--resources {text!r}: write CLASS:AMOUNT[,CLASS:AMOUNT...], "
-                             "e.g. VCPU:2,MEMORY_MB:4096") from None
+    """`VCPU=2,MEMORY_MB:4096` -> {"VCPU": 2, "MEMORY_MB": 4096}."""
+    try:
+        out = parse_amounts([text], int)
+    except AmountError as exc:
+        raise InputError(f"--resources {exc}, e.g. VCPU=2,MEMORY_MB=4096") from None
     if not out:
         raise InputError("--resources is empty")
     return out
@@ -189,7 +182,7 @@ def build_request(inp: Inputs) -> dict[str, Any]:
         if inp.in_tree:
             first["in_tree"] = inp.in_tree
     if "groups" not in body:
-        raise InputError("no resources: pass --resources CLASS:AMOUNT[,...] or -f FILE")
+        raise InputError("no resources: pass --resources CLASS=N[,...] or -f FILE")
 
     given = list(inp.consumers) or list(body.get("consumers") or [])
     if given and inp.count is not None and inp.count != len(given):
@@ -228,16 +221,11 @@ def build_request(inp: Inputs) -> dict[str, Any]:
         if inp.spare is not None:
             weigher["spare"] = inp.spare
         if inp.class_weight:
-            weights = dict(weigher.get("class_weights") or {})
-            for item in _csv(inp.class_weight):
-                name, sep, value = item.partition("=")
-                try:
-                    if not sep:
-                        raise ValueError
-                    weights[name] = float(value)
-                except ValueError:
-                    raise InputError(f"--class-weight {item!r}: write CLASS=WEIGHT") from None
-            weigher["class_weights"] = weights
+            try:
+                weights = parse_amounts(inp.class_weight, float)
+            except AmountError as exc:
+                raise InputError(f"--class-weight {exc}") from None
+            weigher["class_weights"] = {**(weigher.get("class_weights") or {}), **weights}
         body["weigher"] = weigher
     if inp.dry_run:
         body["dry_run"] = True
@@ -299,22 +287,33 @@ def print_explain(console: Console, explain: dict[str, Any] | None) -> None:
         console.print(f"summary{zone}: {explain['summary']}")
 
 
+def tally(answer: dict[str, Any]) -> str:
+    """The closing line: how many of the consumers were (or would be) placed, which not."""
+    placed, unplaced = len(answer["placements"]), list(answer.get("unplaced") or [])
+    verb = "would be placed" if answer.get("dry_run") else "placed"
+    line = f"{placed} of {placed + len(unplaced)} consumer(s) {verb}"
+    if unplaced:
+        line += f"; not placed: {', '.join(unplaced)}"
+    if answer.get("retries"):
+        line += f"; retries {answer['retries']}"
+    if answer.get("replayed"):
+        line += f"; replayed answer of request_id {answer.get('request_id')}"
+    return line
+
+
 def print_answer(console: Console, answer: dict[str, Any], names: dict[str, str]) -> None:
+    """The answer first (the placements, or why nothing fits), then the funnel, then
+    the tally."""
+    if answer.get("detail"):
+        console.print(f"[red]nothing fits[/]: {answer['detail']}", soft_wrap=True)
     if answer["placements"]:
         console.print(placements_table(answer, names))
     for r in answer.get("relaxed", []):
         what = r.get("rule") or r["type"]
         console.print(f"[yellow]relaxed[/] soft rule #{r['index']} {what} "
                       f"(weight {r['weight']:g})")
-    if answer.get("unplaced"):
-        console.print(f"[yellow]unplaced[/]: {', '.join(answer['unplaced'])}")
-    parts = [f"{len(answer['placements'])} placed", f"retries {answer.get('retries', 0)}"]
-    if answer.get("replayed"):
-        parts.append(f"replayed answer of request_id {answer.get('request_id')}")
-    console.print(", ".join(parts))
     print_explain(console, answer.get("explain"))
-    if answer.get("detail"):
-        console.print(f"[red]nothing fits[/]: {answer['detail']}")
+    console.print(tally(answer), soft_wrap=True)
 
 
 def host_names(c: httpx.Client, answer: dict[str, Any]) -> dict[str, str]:
@@ -346,8 +345,8 @@ def _error(r: httpx.Response) -> tuple[str, str]:
 def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
         timeout: float) -> int:
     """Send the request, print the answer; the exit code."""
-    out = Console()
-    err = Console(stderr=True)
+    out = consoles.console()
+    err = consoles.console(stderr=True)
     try:
         body = build_request(inp)
     except InputError as exc:
@@ -377,7 +376,7 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
     if as_json:
         return 2 if r.status_code == 400 else 1
     if r.status_code == 409 and code == NO_VALID_PLACEMENT:
-        err.print(f"[red]no valid placement[/]: {detail}")
+        err.print(f"[red]no valid placement[/]: {detail}", soft_wrap=True)
         print_explain(out, r.json().get("explain"))
         return 1
     if r.status_code == 400:
@@ -395,8 +394,9 @@ def _inputs(**kw: Any) -> Inputs:
 
 FILE = typer.Option(None, "--file", "-f", exists=False, dir_okay=False,
                     help="Request body as JSON or YAML; flags are applied on top.")
-RESOURCES = typer.Option([], "--resources", "-r", help="CLASS:AMOUNT[,...] per instance; "
-                         "repeat for more request groups (numbered suffixes).")
+RESOURCES = typer.Option([], "--resources", "-r", help="CLASS=N[,...] per instance, e.g. "
+                         "VCPU=2,MEMORY_MB=4096 (CLASS:N works too); repeat for more request "
+                         "groups (numbered suffixes).")
 COUNT = typer.Option(None, "--count", "-n", min=1, help="Instances (default 1, or the "
                      "number of --consumer given).")
 CONSUMER = typer.Option([], "--consumer", help="Consumer uuid; repeat per instance. "
@@ -426,7 +426,8 @@ SOFT = typer.Option(False, "--soft", help="Make every rule given by flags soft (
 WEIGHT = typer.Option(None, "--weight", min=0, help="Weight of soft rules (default 1); "
                       "lowest weight is relaxed first.")
 WEIGHER = typer.Option(None, "--weigher", help="spread or pack.")
-CLASS_WEIGHT = typer.Option([], "--class-weight", help="CLASS=WEIGHT for the weigher.")
+CLASS_WEIGHT = typer.Option([], "--class-weight", help="CLASS=WEIGHT[,...] for the weigher "
+                            "(CLASS:WEIGHT works too).")
 SPARE = typer.Option(None, "--spare/--no-spare", help="Keep hosts with a rare trait, tag "
                      "or class for the requests that ask for it (default: on).")
 ATOMIC = typer.Option(None, "--atomic/--no-atomic", help="All instances or none "

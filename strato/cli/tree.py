@@ -15,13 +15,12 @@ from typing import Any
 
 import httpx
 import typer
-from rich.console import Console
 from rich.tree import Tree
 
-from strato.cli import hints
+from strato.cli import consoles, hints
 from strato.cli.schedule import TOKEN, URL
 
-console = Console()
+console = consoles.console()
 BAR = 12
 
 
@@ -101,7 +100,8 @@ def tree(url: str = URL, token: str = TOKEN,
     try:
         root, state = render(url, token, depth=depth, timeout=timeout)
     except (httpx.HTTPError, ValueError) as exc:
-        Console(stderr=True).print(f"[red]{hints.unreachable(url, exc)}[/]", soft_wrap=True)
+        consoles.console(stderr=True).print(f"[red]{hints.unreachable(url, exc)}[/]",
+                                            soft_wrap=True)
         raise typer.Exit(3) from None
     if as_json:
         print(json.dumps(state["zones"], indent=2))

@@ -29,6 +29,7 @@ from strato.engine.loader import known_names, load_records, load_usage
 from strato.engine.request import CandidateRequest
 from strato.engine.summaries import ProviderSummary, summarize
 from strato.engine.weighers import Scorer, WeigherConfig
+from strato.model.amounts import parse_amounts
 from strato.observe import NOBODY, Observer
 from strato.store import changes
 from strato.store.db import Database, release_memory
@@ -83,14 +84,9 @@ class EngineConfig:
 
 
 def parse_class_weights(text: str) -> dict[str, float]:
-    """'VCPU:2,MEMORY_MB:1' -> {'VCPU': 2.0, 'MEMORY_MB': 1.0}; ValueError if malformed."""
-    weights: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        rc, sep, value = part.partition(":")
-        if not sep or not rc.strip():
-            raise ValueError(f"class weight {part!r} is not CLASS:WEIGHT")
-        weights[rc.strip()] = float(value)
-    return weights
+    """'VCPU=2,MEMORY_MB:1' -> {'VCPU': 2.0, 'MEMORY_MB': 1.0}; ValueError (an
+    AmountError naming the item) if malformed."""
+    return parse_amounts([text], float)
 
 
 @dataclass(frozen=True, slots=True)

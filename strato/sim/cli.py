@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-console = Console(stderr=True)
+from strato.cli import consoles
+
+if TYPE_CHECKING:
+    from strato.sim.exact import SolveProgress
+
+console = consoles.console(stderr=True)
+# Without progress bars, a line every this many seconds of a long exact solve.
+LINE_EVERY = 10.0
+
+
+def _wide() -> Console:
+    """Stdout, wide enough for every column of the tables even in a narrow terminal."""
+    out = consoles.console()
+    out.width = max(110, out.width)
+    return out
 
 
 @contextmanager
@@ -76,16 +91,21 @@ def sim(
             task = bars.add_task(name, total=sc.workload.requests)
             return lambda done, total: bars.update(task, completed=done)
 
+        solving = _SolveView(bars, exact_time_limit) if "exact" in policies else None
+        if solving is not None:
+            console.print(f"solving the exact bound with HiGHS (time limit "
+                          f"{exact_time_limit:g} s) before the policies run")
         try:
             if seeds > 1:
                 from strato.sim.compare import compare_seeds
 
-                summary = compare_seeds(sc, policies, opts, seeds, out, progress=factory)
+                summary = compare_seeds(sc, policies, opts, seeds, out, progress=factory,
+                                        solving=solving)
                 _print_seeds(summary)
                 bad = sum(m["hard_violations"] + m["invariant_violations"]
                           for m in summary["mean"].values())
                 raise typer.Exit(1 if bad else 0)
-            data = run_compare(sc, policies, opts, out, progress=factory)
+            data = run_compare(sc, policies, opts, out, progress=factory, solving=solving)
         except ValueError as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(2) from None
@@ -94,6 +114,37 @@ def sim(
         console.print(f"report: {out / 'report.md'}")
     if data["checks"]["hard_violations"]:
         raise typer.Exit(1)
+
+
+def _share(value: float, offered: float) -> str:
+    return f"{100 * value / offered:.1f}%" if math.isfinite(value) and offered else "-"
+
+
+class _SolveView:
+    """A running exact solve on stderr: a bar of its seconds against the time limit
+    (or, without bars, a line every LINE_EVERY seconds), and a line when it ends."""
+
+    def __init__(self, bars: Progress | None, limit: float) -> None:
+        self.bars, self.limit = bars, limit
+        self.task: Any = None
+        self.last = 0.0
+
+    def __call__(self, p: SolveProgress) -> None:
+        found = (f"best {_share(p.incumbent, p.offered)} of the offered load, "
+                 f"bound {_share(p.bound, p.offered)}")
+        if self.bars is not None:
+            if self.task is None:
+                self.task = self.bars.add_task("exact solve", total=self.limit)
+            if p.done:  # a full bar of the seconds it took, not of the limit
+                self.bars.update(self.task, total=p.seconds, completed=p.seconds)
+            else:
+                self.bars.update(self.task, completed=min(p.seconds, self.limit))
+        elif not p.done and p.seconds - self.last >= LINE_EVERY:
+            self.last = p.seconds
+            console.print(f"exact: {p.seconds:.0f} s, {found}")
+        if p.done:
+            console.print(f"exact bound solved in {p.seconds:.1f} s ({p.status}): {found}")
+            self.task, self.last = None, 0.0
 
 
 def _print_seeds(summary: dict[str, Any]) -> None:
@@ -107,7 +158,7 @@ def _print_seeds(summary: dict[str, Any]) -> None:
         t.add_row(name, f"{100 * m['accepted_load_share']:.1f}%",
                   f"{100 * m['rejection_rate']:.2f}%", f"{m['p50_ms']:.2f}",
                   f"{m['hard_violations'] + m['invariant_violations']:.0f}")
-    Console(width=max(110, Console().width)).print(t)
+    _wide().print(t)
 
 
 def _print(data: dict[str, Any]) -> None:
@@ -123,8 +174,7 @@ def _print(data: dict[str, Any]) -> None:
                   f"{s['latency_ms']['p99']:.2f}", f"{s['placements_per_s']:.0f}",
                   f"{100 * s['soft_rules']['satisfaction']:.0f}%",
                   str(s["hard_violations"] + s["invariant_violations"]))
-    # Wide enough for every column even when stdout is not a terminal.
-    Console(width=max(110, Console().width)).print(t)
+    _wide().print(t)
     if data.get("exact"):
         ex = data["exact"]
         console.print(f"exact: {100 * ex['objective_share']:.1f}% of offered load "

@@ -20,7 +20,7 @@ from typing import Any
 from strato.sim import report
 from strato.sim.baselines import BASELINES
 from strato.sim.cluster import ClusterModel, HostSpec, build_hosts
-from strato.sim.exact import ExactSolution, ExactTarget, solve
+from strato.sim.exact import ExactSolution, ExactTarget, SolveProgress, solve
 from strato.sim.runner import Progress, RunResult, run
 from strato.sim.scenario import Scenario
 from strato.sim.target import Target
@@ -75,8 +75,10 @@ def make_target(name: str, hosts: Sequence[HostSpec], model: ClusterModel,
 
 
 def compare(scenario: Scenario, policies: Sequence[str], opts: Options, out: Path | None,
-            progress: Callable[[str], Progress | None] | None = None) -> dict[str, Any]:
-    """Run `policies` in order; write the report into `out` if given; return its data."""
+            progress: Callable[[str], Progress | None] | None = None,
+            solving: Callable[[SolveProgress], None] | None = None) -> dict[str, Any]:
+    """Run `policies` in order; write the report into `out` if given; return its data.
+    `solving` hears how the exact solve (policy `exact`) is getting on."""
     for p in policies:
         if p not in POLICIES:
             raise ValueError(f"unknown policy {p!r}; known: {', '.join(POLICIES)}")
@@ -88,7 +90,8 @@ def compare(scenario: Scenario, policies: Sequence[str], opts: Options, out: Pat
     exact = None
     if "exact" in policies:
         t0 = time.perf_counter()
-        exact = solve(scenario, model, opts.seed, time_limit=opts.exact_time_limit)
+        exact = solve(scenario, model, opts.seed, time_limit=opts.exact_time_limit,
+                      progress=solving)
         setup["exact"] = time.perf_counter() - t0
     results: list[RunResult] = []
     for name in policies:
@@ -113,7 +116,8 @@ _AVERAGED = ("accepted_load_share", "rejection_rate", "placements_per_s",
 
 def compare_seeds(scenario: Scenario, policies: Sequence[str], opts: Options, seeds: int,
                   out: Path | None,
-                  progress: Callable[[str], Progress | None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[str], Progress | None] | None = None,
+                  solving: Callable[[SolveProgress], None] | None = None) -> dict[str, Any]:
     """`compare` for seeds opts.seed .. opts.seed + seeds - 1; per-seed reports go to
     out/seed-K; the answer holds every run's figures and their means per policy."""
     from dataclasses import replace
@@ -121,7 +125,7 @@ def compare_seeds(scenario: Scenario, policies: Sequence[str], opts: Options, se
     runs = []
     for k in range(opts.seed, opts.seed + seeds):
         data = compare(scenario, policies, replace(opts, seed=k),
-                       out / f"seed-{k}" if out is not None else None, progress)
+                       out / f"seed-{k}" if out is not None else None, progress, solving)
         runs.append(data)
     mean: dict[str, dict[str, float]] = {}
     for p in policies:

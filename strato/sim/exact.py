@@ -23,8 +23,11 @@ measured against that bound (conservative).
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +61,44 @@ class ExactSolution:
                 "variables": self.variables, "rows": self.rows}
 
 
+@dataclass(frozen=True, slots=True)
+class SolveProgress:
+    """Where a solve stands: the best accepted load found so far (`incumbent`) and
+    the proven upper bound on it, in cluster-seconds of `offered`; `done` on the last
+    report, which carries HiGHS's status."""
+
+    seconds: float
+    incumbent: float
+    bound: float
+    offered: float
+    done: bool = False
+    status: str = ""
+
+
+# Seconds of solver time between two progress reports.
+PROGRESS_EVERY = 1.0
+
+
+def new_highs() -> Any:
+    """A silent `highspy.Highs`. Its constructor prints a banner on the process's
+    stdout (fd 1, from C++) before any option can be set: fd 1 points at /dev/null
+    while it runs, and C's buffer is flushed there before fd 1 comes back."""
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+            ctypes.CDLL(None).fflush(None)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.silent()
+    return h
+
+
 def _cliques(reqs: Sequence[SimRequest], ends: Sequence[float]) -> list[list[int]]:
     """Maximal sets of requests alive together (interval graph: at most one per arrival)."""
     events = sorted([(ends[i], 0, i) for i in range(len(reqs))]
@@ -80,10 +121,12 @@ def _cliques(reqs: Sequence[SimRequest], ends: Sequence[float]) -> list[list[int
 
 
 def solve(scenario: Scenario, model: ClusterModel, seed: int, *,
-          time_limit: float = 60.0, hint: dict[int, list[int]] | None = None
-          ) -> ExactSolution:
+          time_limit: float = 60.0, hint: dict[int, list[int]] | None = None,
+          progress: Callable[[SolveProgress], None] | None = None) -> ExactSolution:
     """`hint`: a feasible solution (request index -> host rows), e.g. a
-    policy's decisions, to start from: the optimum found is never worse."""
+    policy's decisions, to start from: the optimum found is never worse.
+    `progress` is called about every PROGRESS_EVERY seconds while HiGHS works,
+    and once at the end."""
     import highspy
 
     started = time.perf_counter()
@@ -170,8 +213,7 @@ def solve(scenario: Scenario, model: ClusterModel, seed: int, *,
     lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
     lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
     lp.a_matrix_.value_ = np.array(value)
-    h = highspy.Highs()
-    h.silent()
+    h = new_highs()
     h.setOptionValue("time_limit", float(time_limit))
     h.setOptionValue("mip_rel_gap", 1e-4)
     h.setOptionValue("threads", 1)
@@ -188,6 +230,9 @@ def solve(scenario: Scenario, model: ClusterModel, seed: int, *,
         given.col_value = list(start)
         given.value_valid = True
         h.setSolution(given)
+    offered = float(sum(load))
+    if progress is not None:
+        _report_while_solving(h, offered, progress)
     h.run()
     info = h.getInfo()
     sol = np.array(h.getSolution().col_value) if len(cost) else np.zeros(0)
@@ -200,11 +245,30 @@ def solve(scenario: Scenario, model: ClusterModel, seed: int, *,
             hosts_of[r.index] = rows
     objective = float(info.objective_function_value) if hosts_of else 0.0
     bound = float(info.mip_dual_bound) if np.isfinite(info.mip_dual_bound) else objective
-    return ExactSolution(
-        objective=objective, bound=max(bound, objective), offered=float(sum(load)),
+    solution = ExactSolution(
+        objective=objective, bound=max(bound, objective), offered=offered,
         status=h.modelStatusToString(h.getModelStatus()),
         seconds=time.perf_counter() - started, variables=len(cost), rows=len(lower),
         hosts_of=hosts_of)
+    if progress is not None:
+        progress(SolveProgress(solution.seconds, solution.objective, solution.bound,
+                               offered, done=True, status=solution.status))
+    return solution
+
+
+def _report_while_solving(h: Any, offered: float,
+                          progress: Callable[[SolveProgress], None]) -> None:
+    """HiGHS calls back often during branch and bound; pass on one report a second."""
+    last = [-PROGRESS_EVERY]
+
+    def report(event: Any) -> None:
+        out = event.data_out
+        if out.running_time - last[0] >= PROGRESS_EVERY:
+            last[0] = out.running_time
+            progress(SolveProgress(float(out.running_time), float(out.mip_primal_bound),
+                                   float(out.mip_dual_bound), offered))
+
+    h.cbMipInterrupt.subscribe(report)
 
 
 def _anti_affinity_rows(reqs: Sequence[SimRequest], clique: Sequence[int],

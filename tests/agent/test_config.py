@@ -45,7 +45,9 @@ def test_unknown_keys_and_bad_pairs() -> None:
     with pytest.raises(ConfigError, match="colour"):
         AgentConfig().merged({"colour": "red"})
     assert parse_pairs(["memory_mb=10"], int, "--reserve") == {"MEMORY_MB": 10}
-    with pytest.raises(ConfigError):
+    assert parse_pairs(["VCPU:4.0,MEMORY_MB=1.5"], float, "--allocation-ratio") == {
+        "VCPU": 4.0, "MEMORY_MB": 1.5}
+    with pytest.raises(ConfigError, match="--reserve 'MEMORY_MB': expected CLASS=N"):
         parse_pairs(["MEMORY_MB"], int, "--reserve")
 
 

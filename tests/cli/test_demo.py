@@ -4,6 +4,7 @@ it is interrupted."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -12,8 +13,9 @@ import sys
 import time
 
 import pytest
+from rich.console import Console
 
-pytestmark = pytest.mark.slow
+from strato.cli.demo import Result, rejections_table
 
 ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
 CMD = [sys.executable, "-m", "strato.cli.main", "demo"]
@@ -36,6 +38,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_demo_small_tree_runs_kills_a_cell_and_keeps_the_invariants() -> None:
     done = subprocess.run([*CMD, "--providers", "200", "--requests", "100", "--clients", "4"],
                           env=ENV, capture_output=True, text=True, timeout=240)
@@ -60,6 +63,7 @@ def test_demo_small_tree_runs_kills_a_cell_and_keeps_the_invariants() -> None:
     assert not [p for p in pids if alive(p)]
 
 
+@pytest.mark.slow
 def test_demo_interrupted_stops_every_zone_process() -> None:
     proc = subprocess.Popen([*CMD, "--providers", "80", "--requests", "5000"], env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -82,3 +86,24 @@ def test_demo_interrupted_stops_every_zone_process() -> None:
     assert len(pids) == 7, out
     assert "stopped every zone process" in out, out
     assert not [p for p in pids if alive(p)], out
+
+
+def test_the_rejections_table_shows_each_refusal_status_and_code() -> None:
+    results = [
+        Result("plain", 200, 1.0, ["a"], zones=["global/dfw/dfw-c1"]),
+        Result("gpu", 409, 2.0, ["b"], reason="VCPU: short of 64: 12 providers",
+               code="strato.no_valid_placement"),
+        Result("gpu", 409, 2.0, ["c"], reason="VCPU: short of 64: 12 providers",
+               code="strato.no_valid_placement", after_kill=True),
+        Result("hipaa", 503, 3.0, ["d"], reason="zone ord-c2 unreachable",
+               code="strato.zone_unavailable"),
+        Result("plain", 599, 4.0, ["e"], reason="ConnectError: refused"),
+    ]
+    out = Console(width=200, record=True, file=io.StringIO())
+    out.print(rejections_table(results))
+    rows = [[c.strip() for c in ln.split("\u2502")[1:-1]]
+            for ln in out.export_text().splitlines() if ln.count("\u2502") > 3]
+    assert ["1", "1", "gpu", "409 strato.no_valid_placement",
+            "VCPU: short of 64: 12 providers"] in rows
+    assert ["1", "0", "hipaa", "503 strato.zone_unavailable", "zone ord-c2 unreachable"] in rows
+    assert ["1", "0", "plain", "no answer", "ConnectError: refused"] in rows

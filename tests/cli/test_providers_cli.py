@@ -125,3 +125,11 @@ def test_the_schedule_table_through_the_root_names_hosts_and_zones(
     out = r.stdout
     assert "zone" in out and "root/dfw" in out and "root/ord" in out, out
     assert "dfw-h" in out and "ord-h" in out, out  # host names, not uuids
+
+
+def test_inventory_flags_take_equals_or_colon() -> None:
+    from strato.cli.providers import _inventory_changes
+
+    assert _inventory_changes(["VCPU:16,MEMORY_MB=65536"], ["memory_mb:512"], ["VCPU:4"]) == {
+        "VCPU": {"total": 16, "allocation_ratio": 4.0},
+        "MEMORY_MB": {"total": 65536, "reserved": 512}}

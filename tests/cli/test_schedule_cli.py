@@ -118,6 +118,14 @@ def test_flags_become_the_request_body() -> None:
         "dry_run": True, "explain": True}
 
 
+def test_resources_take_equals_or_colon() -> None:
+    body = build_request(Inputs(resources=["VCPU=2,MEMORY_MB:4096", "disk_gb=10"],
+                                class_weight=["VCPU:2", "MEMORY_MB=0.5"]))
+    assert body["groups"] == [{"resources": {"VCPU": 2, "MEMORY_MB": 4096}},
+                              {"resources": {"DISK_GB": 10}}]
+    assert body["weigher"]["class_weights"] == {"VCPU": 2.0, "MEMORY_MB": 0.5}
+
+
 def test_soft_makes_flag_rules_soft_unless_they_say_hard() -> None:
     body = build_request(Inputs(resources=["VCPU:1"], location=["dfw/*", "dfw/room1/*:hard"],
                                 soft=True, weight=2.5, group="g",
@@ -160,14 +168,15 @@ constraints:
 
 @pytest.mark.parametrize(("inputs", "needle"), [
     (Inputs(), "no resources"),
-    (Inputs(resources=["VCPU=2"]), "CLASS:AMOUNT"),
+    (Inputs(resources=["VCPU"]), r"'VCPU': expected CLASS=N \(or CLASS:N\)"),
+    (Inputs(resources=["VCPU=2,GPU-X=1"]), "'GPU-X=1'"),
     (Inputs(resources=["VCPU:1"], location=["dfw/*:maybe"]), "suffix"),
     (Inputs(resources=["VCPU:1"], consumers=[str(uuid.uuid4())], count=2), "--count 2"),
-    (Inputs(resources=["VCPU:1"], class_weight=["VCPU"]), "CLASS=WEIGHT"),
+    (Inputs(resources=["VCPU:1"], class_weight=["VCPU"]), "--class-weight 'VCPU'"),
     (Inputs(file=Path("/nonexistent/request.yaml")), "request.yaml"),
 ])
 def test_unreadable_inputs_are_refused(inputs: Inputs, needle: str) -> None:
-    with pytest.raises(InputError, match=needle.replace("-", r"\-")):
+    with pytest.raises(InputError, match=needle):
         build_request(inputs)
 
 
@@ -178,7 +187,7 @@ def test_invalid_inputs_exit_2_before_any_request(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(sched, "client_factory", no_server)
     result = invoke("schedule", "--resources", "VCPU")
-    assert result.exit_code == 2 and "CLASS:AMOUNT" in result.output
+    assert result.exit_code == 2 and "CLASS=N (or CLASS:N)" in result.output
     bad = tmp_path / "r.yaml"
     bad.write_text("- just\n- a list\n")
     result = invoke("explain", "-f", str(bad))
@@ -200,7 +209,7 @@ def test_schedule_places_claims_and_prints_the_table(in_process: TestClient,
                     "--anti-affinity", "rack", "--location", "dfw/*")
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "placements" in out and "2 placed, retries 0" in out
+    assert "placements" in out and "2 of 2 consumer(s) placed" in out
     assert "VCPU:2" in out and "MEMORY_MB:1024" in out
     assert "dfw/room1/rack2/c" in out  # rack2 has a single host: it must be used
     lines = [ln for ln in out.splitlines() if "dfw/room1/rack" in ln]
@@ -273,7 +282,7 @@ def test_schedule_explain_flag_adds_the_funnel(in_process: TestClient,
                                                racks: dict[str, str]) -> None:
     result = invoke("schedule", "-r", "VCPU:1", "--location", "ord/*", "--explain")
     assert result.exit_code == 0, result.output
-    assert "location ord/*" in result.output and "1 placed" in result.output
+    assert "location ord/*" in result.output and "1 of 1 consumer(s) placed" in result.output
 
 
 def test_json_prints_the_raw_answer(in_process: TestClient, racks: dict[str, str]) -> None:
@@ -344,3 +353,20 @@ def test_answers_match_the_published_model(in_process: TestClient,
     assert answers[0]["relaxed"] and answers[2].get("replayed")
     for answer in answers:
         ScheduleAnswer.model_validate(answer, strict=False)
+
+
+def test_explain_leads_with_why_nothing_fits(in_process: TestClient,
+                                            racks: dict[str, str]) -> None:
+    result = invoke("explain", "-r", "VCPU=64",
+                    "--consumer", "c0ffee00-0000-4000-8000-000000000001")
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    # The answer first: nothing fits and why, then the funnel, then the tally.
+    assert lines[0].startswith("nothing fits"), lines[0]
+    assert "VCPU: short of 64" in lines[0]
+    funnel = next(i for i, ln in enumerate(lines) if "explain: unsuffixed group" in ln)
+    tally = next(i for i, ln in enumerate(lines) if "placed" in ln and "nothing" not in ln)
+    assert funnel < tally == len(lines) - 1
+    assert lines[tally] == ("0 of 1 consumer(s) would be placed; not placed: "
+                            "c0ffee00-0000-4000-8000-000000000001"), lines[tally]
+    assert "unplaced" not in result.output

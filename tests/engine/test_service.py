@@ -81,6 +81,10 @@ def test_config_values_win_over_the_environment() -> None:
         "spread", False, -1)
 
 
+def test_class_weights_take_equals_or_colon() -> None:
+    assert parse_class_weights("VCPU:2,MEMORY_MB=0.5") == {"VCPU": 2.0, "MEMORY_MB": 0.5}
+
+
 @pytest.mark.parametrize("bad", ["VCPU", "VCPU:x", ":2"])
 def test_malformed_class_weights_are_refused(bad: str) -> None:
     with pytest.raises(ValueError):

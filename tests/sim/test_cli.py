@@ -1,0 +1,43 @@
+"""`strato sim` with the exact solver: HiGHS's banner stays off stdout, and the solve
+shows progress on stderr."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SMALL = Path(__file__).resolve().parents[2] / "scenarios" / "small.toml"
+
+
+def test_exact_solve_is_silent_on_stdout_and_shows_progress_on_stderr() -> None:
+    pytest.importorskip("highspy")
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    done = subprocess.run([sys.executable, "-m", "strato.cli.main", "sim", str(SMALL),
+                           "--compare", "first-fit,exact", "--no-progress",
+                           "--requests", "0.25"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "HiGHS" not in done.stdout and "Running" not in done.stdout, done.stdout
+    assert done.stdout.lstrip().startswith("small (seed 1)"), done.stdout
+    assert "solving the exact bound with HiGHS (time limit 120 s)" in done.stderr
+    assert "exact bound solved in" in done.stderr, done.stderr
+
+
+def test_solve_reports_its_progress() -> None:
+    pytest.importorskip("highspy")
+    from strato.sim.cluster import ClusterModel, build_hosts
+    from strato.sim.exact import SolveProgress, solve
+    from strato.sim.scenario import load
+
+    sc = load(SMALL).scaled(requests=0.25)
+    seen: list[SolveProgress] = []
+    sol = solve(sc, ClusterModel(build_hosts(sc, 1), sc.levels), 1, time_limit=60,
+                progress=seen.append)
+    assert seen, "no progress reported"
+    last = seen[-1]
+    assert last.seconds >= 0 and last.incumbent == pytest.approx(sol.objective)
+    assert last.bound == pytest.approx(sol.bound) and last.done
