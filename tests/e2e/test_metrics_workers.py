@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.test_health import value
-from tests.helpers import api
 from strato.process import free_port
 from strato.store.children import upsert_child
 from strato.store.db import Database
+from tests.api.test_health import value
+from tests.helpers import api
 from tests.helpers.server import ServerProcess
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -79,13 +79,13 @@ def test_a_zone_with_children_runs_one_worker(pg_db_url: str, tmp_path: Path) ->
     # Its in-flight consumer and loop checks are per process: two workers
     # could each place one consumer in a different child.
     with ServerProcess(pg_db_url, log_path=tmp_path / "server.log",
-                       extra=["--workers", "2"]) as server:
-        with httpx.Client(base_url=server.url, headers=H, timeout=30) as c:
-            r = c.post("/strato/v1/children", json={"name": "dfw",
-                                                    "url": "http://127.0.0.1:9"})
-            assert r.status_code == 409, r.text
-            assert "--workers 1" in r.json()["errors"][0]["detail"]
-            assert c.get("/strato/v1/children").json()["children"] == []
+                       extra=["--workers", "2"]) as server, \
+            httpx.Client(base_url=server.url, headers=H, timeout=30) as c:
+        r = c.post("/strato/v1/children", json={"name": "dfw",
+                                                "url": "http://127.0.0.1:9"})
+        assert r.status_code == 409, r.text
+        assert "--workers 1" in r.json()["errors"][0]["detail"]
+        assert c.get("/strato/v1/children").json()["children"] == []
     # A database that has children already: refused at start, saying why.
     db = Database(pg_db_url)
     try:
