@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
@@ -171,10 +172,13 @@ class ZoneTree:
     _in_flight: dict[str, tuple[str | None, int]] = field(default_factory=dict)
     _local_gate: asyncio.Semaphore = field(init=False)
     observer: Observer = NOBODY
+    # This process on zone paths (PATH_HEADER) and in its summaries' zone_ids.
+    zone_id: str = field(default_factory=lambda: secrets.token_hex(8))
 
     def __post_init__(self) -> None:
-        # Every call to a child is timed, by child, for the observer (metrics).
-        self.transport = ObservedTransport(self.transport, self._called)
+        # Every call to a child is timed, by child, for the observer (metrics),
+        # and one made outside a request starts its zone path here.
+        self.transport = ObservedTransport(self.transport, self._called, self.zone_id)
         # Schedule calls on this zone's own providers in worker threads at once;
         # the rest wait on the event loop. The scheduler itself lets
         # `schedule_concurrency` of them plan at a time; the others here wait
@@ -263,6 +267,11 @@ class ZoneTree:
         except Unreachable as exc:
             h.failed(exc.why, faulty=isinstance(exc, Malformed), timed_out=exc.timed_out)
             return None
+        if protocol.is_loop(reply.status, reply.body):
+            # Its summary would count this zone (or the call came back here):
+            # the tree has a cycle through it.
+            self._looped(child, str(_error(reply.body).get("detail", ""))[:300])
+            return None
         if reply.status != 200 or not isinstance(reply.body, dict):
             h.failed(f"summary answered {reply.status}")
             return None
@@ -270,6 +279,9 @@ class ZoneTree:
             body = protocol.read_summary(reply.body)
         except protocol.Faulty as exc:
             h.failed(f"faulty: {exc.reason}", faulty=True)
+            return None
+        if self._covers_this_zone(body):
+            self._looped(child, f"its summary counts this zone ({self.config.name})")
             return None
         was_down = not h.healthy
         h.ok()
@@ -279,6 +291,21 @@ class ZoneTree:
             if self._doubtful and child.name in self._doubtful:
                 self.spawn(self.reconcile(child.name))
         return body
+
+    def _covers_this_zone(self, body: dict[str, Any]) -> bool:
+        ids = body.get("zone_ids")
+        return isinstance(ids, list) and self.zone_id in ids
+
+    def _looped(self, child: Child, why: str) -> None:
+        """`child` leads round a cycle of the tree back to this zone: faulty
+        (not asked, not counted in this zone's summary) until, its quarantine
+        over, a probe finds the cycle gone."""
+        self.health_of(child.name).failed(
+            f"loop: the zone tree has a cycle through child {child.name} ({why}); remove "
+            "one of the child registrations on it (DELETE /strato/v1/children/{name})",
+            faulty=True, loop=True)
+        self.cache.pop(child.name, None)
+        log.warning("child zone %s leads round a cycle of the zone tree: %s", child.name, why)
 
     async def answers_as(self, child: Child) -> bool:
         """Whether a zone answers at `child.url` as `child.name` (alive)."""
@@ -292,19 +319,15 @@ class ZoneTree:
 
     async def is_this_zone(self, url: str, token: str | None) -> bool:
         """Whether a call to `url` comes back to this zone (its middleware
-        refuses it as a loop): the URL is one of this zone's own addresses."""
+        refuses it as a loop): the URL is one of this zone's own addresses.
+        The version document, which asks no other zone: another zone whose
+        subtree holds this one refuses a summary request from here too."""
         try:
-            reply = await self.transport.call(url, "GET", "/strato/v1/summary", token=token,
+            reply = await self.transport.call(url, "GET", "/", token=token,
                                               timeout=PROBE_TIMEOUT_S)
         except Unreachable:
             return False
-        if reply.status != errors.LoopDetected.status:
-            return False
-        try:
-            codes = {e.get("code") for e in protocol.read_error(reply.body)["errors"]}
-        except protocol.Faulty:
-            return False
-        return errors.ZONE_LOOP in codes
+        return protocol.is_loop(reply.status, reply.body)
 
     def _refresh_one(self, child: Child) -> asyncio.Task[Any]:
         """One fetch per child at a time: a slow child never holds up the others."""
@@ -595,11 +618,13 @@ class ZoneTree:
             own = await run_in_threadpool(self.local.summary)
         return own
 
-    async def summary(self, *, fresh: bool = False,
-                      own: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def summary(self, *, fresh: bool = False, own: dict[str, Any] | None = None,
+                      callers: Collection[str] = ()) -> dict[str, Any]:
         """This zone's subtree as one pool. Never waits on a slow child unless
         `fresh`, and then at most the child timeout: a parent probing this
-        zone must not see it slow because a zone below it is."""
+        zone must not see it slow because a zone below it is. LoopDetected
+        when it would count one of `callers` (the ids of the zones the request
+        passed through): the tree has a cycle."""
         if own is None:
             if not await self.has_providers(fresh=fresh):
                 own = summaries.EMPTY
@@ -611,10 +636,23 @@ class ZoneTree:
         parts = [own]
         child_rows = []
         unreachable: list[str] = []
+        # The zones counted, each once (a zone whose summary counts this one
+        # is never cached: fetch_summary).
+        ids = [self.zone_id]
+        seen = {self.zone_id}
         for c in kids:
             cached = self.cache.get(c.name)
             h = self.health_of(c.name)
             if cached is not None and h.healthy:
+                below_ids = cached.body.get("zone_ids") or []
+                if callers and not set(callers).isdisjoint(below_ids):
+                    raise errors.LoopDetected(
+                        f"the summary of zone {self.config.name!r} counts a zone that asked "
+                        f"for it ({protocol.PATH_HEADER}), through its child {c.name!r}: the "
+                        "zone tree has a cycle; remove one of the child registrations on it "
+                        f"(here: DELETE /strato/v1/children/{c.name})")
+                ids += [z for z in below_ids if z not in seen]
+                seen.update(below_ids)
                 parts.append(cached.body)
                 below = cached.body.get("unreachable")
                 if isinstance(below, list):
@@ -630,7 +668,8 @@ class ZoneTree:
         return {"zone": self.config.name, "location_prefix": self.config.location_prefix,
                 "tags": list(self.config.tags), "health": "ok", "as_of": summaries.now_iso(),
                 **merged, "children": child_rows,
-                "unreachable": unreachable[:MAX_UNREACHABLE]}
+                "unreachable": unreachable[:MAX_UNREACHABLE],
+                "zone_ids": ids[:protocol.MAX_ZONE_IDS]}
 
     # -- scheduling ----------------------------------------------------------------------
 
@@ -1274,7 +1313,7 @@ class ZoneTree:
         """A child answered a claim: its summary comes with the answer (no extra
         round trip; validated with the answer, by zone/protocol.py); without
         one, refresh it at the next request."""
-        if summary is not None:
+        if summary is not None and not self._covers_this_zone(summary):
             self.cache[name] = Cached(summary, time.monotonic())
             return
         cached = self.cache.get(name)
