@@ -40,6 +40,7 @@ class Result(enum.StrEnum):
     UNREACHABLE = "unreachable"
     IN_DOUBT = "in_doubt"                   # may have acted; cancelled when it answers
     UNAVAILABLE = "unavailable"             # answered 503: part of its subtree is down
+    LOOP = "loop"                           # the tree has a cycle there (508 zone_loop)
     FAULTY = "faulty"                       # answered something malformed or inconsistent
     ERROR = "error"                         # any other failure
 

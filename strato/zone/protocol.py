@@ -167,6 +167,9 @@ class Summary(_Message):
     # Zones below that could not be asked (paths relative to this zone).
     unreachable: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] = Field(
         default_factory=list, max_length=MAX_CHILDREN)
+    # Those of `unreachable` left out because the tree has a cycle through them.
+    loops: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] = Field(
+        default_factory=list, max_length=MAX_CHILDREN)
     # The zones whose providers it counts, this one first (None: an older
     # zone). A parent that finds its own id there is in a cycle with it.
     zone_ids: list[ZoneId] | None = Field(default=None, max_length=MAX_ZONE_IDS)

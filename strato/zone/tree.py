@@ -301,9 +301,8 @@ class ZoneTree:
         (not asked, not counted in this zone's summary) until, its quarantine
         over, a probe finds the cycle gone."""
         self.health_of(child.name).failed(
-            f"loop: the zone tree has a cycle through child {child.name} ({why}); remove "
-            "one of the child registrations on it (DELETE /strato/v1/children/{name})",
-            faulty=True, loop=True)
+            f"loop: child {child.name} leads back to this zone ({why})", faulty=True,
+            loop=True)
         self.cache.pop(child.name, None)
         log.warning("child zone %s leads round a cycle of the zone tree: %s", child.name, why)
 
@@ -636,6 +635,7 @@ class ZoneTree:
         parts = [own]
         child_rows = []
         unreachable: list[str] = []
+        loops: list[str] = []  # those of `unreachable` left out as a cycle's
         # The zones counted, each once (a zone whose summary counts this one
         # is never cached: fetch_summary).
         ids = [self.zone_id]
@@ -654,11 +654,14 @@ class ZoneTree:
                 ids += [z for z in below_ids if z not in seen]
                 seen.update(below_ids)
                 parts.append(cached.body)
-                below = cached.body.get("unreachable")
-                if isinstance(below, list):
-                    unreachable += [f"{c.name}/{u}" for u in below if isinstance(u, str)]
+                for key, into in (("unreachable", unreachable), ("loops", loops)):
+                    below = cached.body.get(key)
+                    if isinstance(below, list):
+                        into += [f"{c.name}/{u}" for u in below if isinstance(u, str)]
             elif not h.healthy:
                 unreachable.append(c.name)
+                if h.looped:
+                    loops.append(c.name)
             child_rows.append({"name": c.name, "healthy": h.healthy,
                                "age_s": None if cached is None
                                else round(time.monotonic() - cached.fetched, 3)})
@@ -668,7 +671,7 @@ class ZoneTree:
         return {"zone": self.config.name, "location_prefix": self.config.location_prefix,
                 "tags": list(self.config.tags), "health": "ok", "as_of": summaries.now_iso(),
                 **merged, "children": child_rows,
-                "unreachable": unreachable[:MAX_UNREACHABLE],
+                "unreachable": unreachable[:MAX_UNREACHABLE], "loops": loops[:MAX_UNREACHABLE],
                 "zone_ids": ids[:protocol.MAX_ZONE_IDS]}
 
     # -- scheduling ----------------------------------------------------------------------
@@ -1068,6 +1071,14 @@ class ZoneTree:
                      down: list[Outcome]) -> errors.ServiceUnavailable:
         names = ", ".join(sorted({o.zone for o in down}))
         waits = [self.health_of(o.zone).retry_after() for o in down if o.zone]
+        if all(o.outcome == Result.LOOP for o in down):
+            # Not a passing outage: say what it is, and where.
+            return errors.LoopBelow(
+                f"no placement for {len(req.consumers)} consumer(s) under zone "
+                f"{self.config.name}: the zone tree has a cycle below it ("
+                + "; ".join(f"{o.zone}: {o.reason}" for o in down)
+                + "); nothing was claimed", retry_after=max([1.0, *waits]),
+                explain=self._explain(outcomes))
         return errors.ServiceUnavailable(
             f"no placement for {len(req.consumers)} consumer(s) under zone "
             f"{self.config.name}, and part of the tree could not be asked ({names}); "
@@ -1145,6 +1156,8 @@ class ZoneTree:
                 why = static_reason(req, None, c.location_prefix, c.tags)
                 if why is not None:
                     outcomes.append(Outcome(c.name, Result.PRUNED, why))
+                elif h.looped:
+                    outcomes.append(Outcome(c.name, Result.LOOP, f"skipped: {h.last_error}"))
                 else:
                     outcomes.append(Outcome(c.name, Result.UNHEALTHY,
                                             f"skipped: unhealthy ({h.last_error})"))
@@ -1157,8 +1170,13 @@ class ZoneTree:
                     # Its summary leaves out zones it cannot reach: "too small"
                     # is not a definite answer while they are away.
                     shown = ", ".join(map(str, down[:5]))
-                    outcomes.append(Outcome(c.name, Result.UNAVAILABLE,
-                                            f"{why}, and unreachable below it: {shown}"))
+                    if cached and set(down) <= set(cached.body.get("loops") or ()):
+                        outcomes.append(Outcome(c.name, Result.LOOP,
+                                                f"{why}, and a cycle of the zone tree below "
+                                                f"it left out: {shown}"))
+                    else:
+                        outcomes.append(Outcome(c.name, Result.UNAVAILABLE,
+                                                f"{why}, and unreachable below it: {shown}"))
                 else:
                     outcomes.append(Outcome(c.name, Result.PRUNED, why))
                 continue
@@ -1281,6 +1299,10 @@ class ZoneTree:
             return Outcome(child.name, Result.UNAVAILABLE,
                            f"part of it is unreachable: {err.get('detail', '')}"[:300],
                            reply.body.get("explain") if isinstance(reply.body, dict) else None)
+        if protocol.is_loop(reply.status, reply.body):
+            # A cycle through it or below it: its next summary fetch tells.
+            self._note_answer(child.name, None)
+            return Outcome(child.name, Result.LOOP, f"loop: {err.get('detail', '')}"[:300])
         if reply.status == 400 or (reply.status == 409
                                    and code == errors.CONCURRENT_UPDATE):
             # The request itself is at fault (bad input, consumer exists):
@@ -1454,9 +1476,9 @@ class ZoneTree:
         why = f"claim refused ({reply.status}): {err.get('detail', '')}"[:300]
         if reply.status == 409:
             return Outcome(name, Result.CONFLICT, why)
-        # Not an answer about room (503, 500, a lying body): an outage.
-        return Outcome(name, Result.UNAVAILABLE if reply.status == 503 else Result.ERROR,
-                       why)
+        # Not an answer about room (503, 508, 500, a lying body): an outage.
+        return Outcome(name, Result.UNAVAILABLE if reply.status == 503 else Result.LOOP
+                       if protocol.is_loop(reply.status, reply.body) else Result.ERROR, why)
 
     async def call_claim(self, child: Child, route: str, body: dict[str, Any],
                          consumers: Sequence[str], deadline: float) -> Any:

@@ -72,9 +72,11 @@ def test_a_cycle_of_two_zones_is_refused_at_once_not_stormed(tmp_path: Path) -> 
             # a asks b, b asks a, a refuses: no more than that per child asked.
             assert len(calls) <= 4, (path, calls)
             assert r.status_code in (200, 404, 503, 508), (path, r.text)
+        # What could not be asked is the cycle, and the answer says so.
         r = await a.get("/usages?project_id=p")
-        assert r.status_code == 503, r.text
-        assert "b" in r.json()["errors"][0]["detail"]
+        assert r.status_code == 508, r.text
+        err = r.json()["errors"][0]
+        assert err["code"] == "strato.zone_loop" and "b" in err["detail"], err
     run(tmp_path, ["a", "b"], scenario)
 
 
@@ -236,3 +238,35 @@ def test_a_tree_without_a_cycle_and_a_child_restarted_are_counted_once(
         finally:
             await tree.aclose()
     asyncio.run(main())
+
+
+def test_a_cycle_below_a_parent_is_said_to_be_a_loop_and_not_kept(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        top, a, b = tree.client("top"), tree.client("a"), tree.client("b")
+        for parent, child in (("top", "a"), ("a", "b"), ("b", "a")):
+            r = await tree.client(parent).post("/strato/v1/children",
+                                               json={"name": child, "url": tree.url(child)})
+            assert r.status_code == 201, r.text
+        body = {"consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+                "request_id": "loop-1", "groups": [{"resources": {"VCPU": 1}}]}
+        for rounds in (0, 3):
+            # Before and after the background refreshes marked the cycle.
+            await _background_rounds(tree, ["top", "a", "b"], rounds)
+            r = await top.post("/strato/v1/schedule", json=body)
+            assert r.status_code == 508, r.text
+            err = r.json()["errors"][0]
+            assert err["code"] == "strato.zone_loop" and err["status"] == 508, err
+            assert "cycle" in err["detail"] and "a:" in err["detail"], err
+            assert err["request_id"]
+            r = await top.get("/usages?project_id=p")
+            assert r.status_code == 508, r.text
+            assert r.json()["errors"][0]["code"] == "strato.zone_loop"
+        # Not a final answer: once there is room, the same request id is placed.
+        await _host(top, "top-h0")
+        await asyncio.sleep(1.1)  # the zone looks at its own providers again
+        r = await top.post("/strato/v1/schedule", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["placements"][0]["zone"] == "top"
+        assert (await a.get("/strato/v1/children")).status_code == 200
+        assert (await b.get("/strato/v1/children")).status_code == 200
+    run(tmp_path, ["top", "a", "b"], scenario)
