@@ -165,6 +165,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
                                          location_prefix=settings.location_prefix,
                                          plan_concurrency=settings.schedule_concurrency)
     tree = ZoneTree(db=database, local=app.state.scheduler, transport=zone_transport,
+                    zone_id=app.state.zone_id,
                     config=TreeConfig(name=settings.zone_name,
                                       location_prefix=settings.location_prefix,
                                       tags=tuple(settings.zone_tags),

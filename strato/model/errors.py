@@ -105,6 +105,22 @@ class LoopDetected(StratoError):
         super().__init__(detail, ZONE_LOOP)
 
 
+class LoopBelow(ServiceUnavailable):
+    """Part of the zone tree could not be asked because the tree has a cycle
+    there (a child answered 508, or is marked as leading round one), and
+    nothing else answers: handled as any ServiceUnavailable (nothing claimed
+    or kept, never a final answer) but said as what it is, 508
+    ``strato.zone_loop``: it lasts until an operator removes the child
+    registration that closes the cycle."""
+
+    status = 508
+    title = "Loop Detected"
+
+    def __init__(self, detail: str, *, retry_after: float = 1.0,
+                 explain: dict[str, object] | None = None) -> None:
+        super().__init__(detail, ZONE_LOOP, retry_after=retry_after, explain=explain)
+
+
 class UnsupportedMediaType(StratoError):
     status = 415
     title = "Unsupported Media Type"

@@ -40,6 +40,7 @@ class Result(enum.StrEnum):
     UNREACHABLE = "unreachable"
     IN_DOUBT = "in_doubt"                   # may have acted; cancelled when it answers
     UNAVAILABLE = "unavailable"             # answered 503: part of its subtree is down
+    LOOP = "loop"                           # the tree has a cycle there (508 zone_loop)
     FAULTY = "faulty"                       # answered something malformed or inconsistent
     ERROR = "error"                         # any other failure
 
@@ -81,12 +82,17 @@ class Health:
     # Its last failure was a timeout: likely hung (paused, cut off), so a
     # caller short of time does not wait on it again before its probe.
     hung: bool = False
+    # Its last failure was a cycle of the tree through it (its summary
+    # covers this zone, or it answered 508 strato.zone_loop).
+    looped: bool = False
 
-    def failed(self, why: str, *, faulty: bool = False, timed_out: bool = False) -> None:
+    def failed(self, why: str, *, faulty: bool = False, timed_out: bool = False,
+               loop: bool = False) -> None:
         self.healthy = False
         self.failures += 1
         self.last_error = why
         self.hung = timed_out
+        self.looped = loop
         now = time.monotonic()
         if faulty:
             self.quarantined_until = now + FAULTY_QUARANTINE_S
@@ -101,6 +107,7 @@ class Health:
             return  # an answer now does not undo a lie a moment ago
         self.healthy = True
         self.hung = False
+        self.looped = False
         self.failures = 0
         self.last_error = None
         self.last_ok = time.monotonic()

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from strato.model import errors
 from strato.model.schedule import MAX_CONSUMERS, ScheduleRequest
 from strato.zone.attempt import part_zone
 
@@ -45,6 +46,9 @@ MAX_TRAITS = 10_000
 MAX_TAGS = 10_000
 MAX_CHILDREN = 10_000
 MAX_PATH = 32
+# A summary names at most this many zones (the ids of the zone processes it
+# covers); a larger subtree names its nearest ones.
+MAX_ZONE_IDS = 10_000
 MAX_PROVIDERS_PER_PLACEMENT = 64
 MAX_RULES = 64
 # Free-form parts (explain) are capped by their serialised size and depth.
@@ -65,6 +69,8 @@ Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
 Text = Annotated[str, Field(max_length=MAX_TEXT)]
 Detail = Annotated[str, Field(max_length=MAX_DETAIL)]
 ZoneName = Annotated[str, Field(pattern=_ZONE_NAME)]
+# A zone process's id, as PATH_HEADER carries it (api/app.py draws it).
+ZoneId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
 Score = Annotated[float, Field(ge=-MAX_COUNT, le=MAX_COUNT)]
 Seconds = Annotated[float, Field(ge=0, le=MAX_COUNT)]
 
@@ -161,6 +167,12 @@ class Summary(_Message):
     # Zones below that could not be asked (paths relative to this zone).
     unreachable: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] = Field(
         default_factory=list, max_length=MAX_CHILDREN)
+    # Those of `unreachable` left out because the tree has a cycle through them.
+    loops: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] = Field(
+        default_factory=list, max_length=MAX_CHILDREN)
+    # The zones whose providers it counts, this one first (None: an older
+    # zone). A parent that finds its own id there is in a cycle with it.
+    zone_ids: list[ZoneId] | None = Field(default=None, max_length=MAX_ZONE_IDS)
 
     @field_validator("classes")
     @classmethod
@@ -580,6 +592,17 @@ def read_cancel_answer(request_id: str, body: Any) -> dict[str, Any]:
 def read_error(body: Any) -> dict[str, Any]:
     """A non-2xx answer's error body (Placement's shape). Raises Faulty."""
     return _dump(_parse(ErrorBody, body, "error body"))
+
+
+def is_loop(status: int, body: Any) -> bool:
+    """Whether a zone's answer refuses a cycle of the tree: 508 with the code
+    strato.zone_loop (its own, or passed up from a zone below it)."""
+    if status != errors.LoopDetected.status:
+        return False
+    try:
+        return any(e.get("code") == errors.ZONE_LOOP for e in read_error(body)["errors"])
+    except Faulty:
+        return False
 
 
 def read_registration(body: Any) -> dict[str, Any]:

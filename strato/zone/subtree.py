@@ -95,6 +95,9 @@ class Found:
 
 
 def _unavailable(what: str, missing: Sequence[Missing]) -> errors.ServiceUnavailable:
+    if all(m.loop for m in missing):
+        return errors.LoopBelow(f"{what}: the zone tree has a cycle below this zone "
+                                f"({', '.join(m.why for m in missing)})")
     return errors.ServiceUnavailable(
         f"{what}: part of the tree could not be asked "
         f"({', '.join(m.why for m in missing)}); retry", retry_after=1.0)
@@ -106,7 +109,7 @@ async def _get(tree: Tree, child: Child, path: str, version: str | None = None
     microversion, passed on (else the zone protocol's)."""
     h = tree.health_of(child.name)
     if not h.due():
-        return None, f"{child.name}: failed recently"
+        return None, f"{child.name}: " + (str(h.last_error) if h.looped else "failed recently")
     try:
         return await tree.transport.call(child.url, "GET", path, token=child.credential,
                                          timeout=tree.config.child_timeout,
@@ -118,10 +121,23 @@ async def _get(tree: Tree, child: Child, path: str, version: str | None = None
 
 @dataclass(frozen=True, slots=True)
 class Missing:
-    """A child without an answer, and why."""
+    """A child without an answer, and why; `loop`: because the tree has a cycle
+    there (it answered 508 strato.zone_loop, or is marked as leading round one)."""
 
     child: str
     why: str
+    loop: bool = False
+
+
+def _missing(tree: Tree, child: Child, reply: Reply | None, why: str | None) -> Missing:
+    """Why `child` gave no answer (`_get`'s reply and reason)."""
+    if reply is None:
+        return Missing(child.name, why or f"{child.name}: no answer",
+                       loop=tree.health_of(child.name).looped)
+    if protocol.is_loop(reply.status, reply.body):
+        detail = str(_first_error(reply.body).get("detail", ""))[:300]
+        return Missing(child.name, f"{child.name}: loop: {detail}", loop=True)
+    return Missing(child.name, f"{child.name}: answered {reply.status}")
 
 
 async def _ask_all(tree: Tree, path: str, model: type[M], what: str,
@@ -136,8 +152,7 @@ async def _ask_all(tree: Tree, path: str, model: type[M], what: str,
     missing = []
     for c, (reply, why) in zip(kids, got, strict=True):
         if reply is None or reply.status != 200:
-            missing.append(Missing(c.name, why or f"{c.name}: answered "
-                                   f"{reply.status if reply else '?'}"))
+            missing.append(_missing(tree, c, reply, why))
             continue
         try:
             answers.append((c, protocol._parse(model, reply.body, what)))
@@ -300,8 +315,7 @@ async def provider_route(tree: Tree, owners: Owners, uuid: str, path: str, versi
                     f"{why}", retry_after=1.0)
             return routed
         if reply is None or reply.status != 404:
-            missing.append(Missing(c.name, why or f"{c.name}: answered "
-                                   f"{reply.status if reply else '?'}"))
+            missing.append(_missing(tree, c, reply, why))
     if missing:
         raise _unavailable(f"resource provider {uuid} is not in this zone", missing)
     return None

@@ -50,8 +50,9 @@ HEADERS = {"openstack-api-version": "placement 1.39", "x-strato-zone-protocol": 
 MAX_REPLY_BYTES = wire.MAX_BODY_BYTES
 # The zones the request being answered passed through, this one last (set by
 # the API's middleware): sent on, as PATH_HEADER, with every call it makes to
-# another zone. Empty outside a request (the background refresh, registration
-# with the parent): those calls start a path of their own.
+# another zone. Empty outside a request: a zone's own calls to its children
+# (the background refresh, probes) start the path with its id
+# (ObservedTransport); registration with the parent, a call up, sends none.
 ZONE_PATH: ContextVar[tuple[str, ...]] = ContextVar("strato_zone_path", default=())
 # Distinct URLs whose syntax HttpTransport remembers having checked.
 _CHECKED_URLS = 1024
@@ -392,11 +393,15 @@ class InProcessTransport(_Traced):
 
 class ObservedTransport:
     """A zone's calls to its children, each timed and told to `report`
-    (url, seconds, outcome: ok, error for a 5xx answer, unreachable, malformed)."""
+    (url, seconds, outcome: ok, error for a 5xx answer, unreachable, malformed).
+    A call made outside a request carries the path ``zone_id`` (this zone):
+    in a cycle, the zone it comes back to can tell."""
 
-    def __init__(self, inner: Transport, report: Callable[[str, float, str], None]) -> None:
+    def __init__(self, inner: Transport, report: Callable[[str, float, str], None],
+                 zone_id: str | None = None) -> None:
         self.inner = inner
         self.report = report
+        self.zone_id = zone_id
 
     @property
     def schemes(self) -> frozenset[str]:
@@ -406,6 +411,8 @@ class ObservedTransport:
                    json: Any = None, timeout: float, version: str | None = None) -> Reply:
         start = time.perf_counter()
         outcome = "unreachable"
+        started = (ZONE_PATH.set((self.zone_id,)) if self.zone_id and not ZONE_PATH.get()
+                   else None)
         try:
             reply = await self.inner.call(url, method, path, token=token, json=json,
                                           timeout=timeout, version=version)
@@ -415,6 +422,8 @@ class ObservedTransport:
             outcome = "malformed"
             raise
         finally:
+            if started is not None:
+                ZONE_PATH.reset(started)
             self.report(url, time.perf_counter() - start, outcome)
 
     async def aclose(self) -> None:

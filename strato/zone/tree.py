@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
@@ -171,10 +172,13 @@ class ZoneTree:
     _in_flight: dict[str, tuple[str | None, int]] = field(default_factory=dict)
     _local_gate: asyncio.Semaphore = field(init=False)
     observer: Observer = NOBODY
+    # This process on zone paths (PATH_HEADER) and in its summaries' zone_ids.
+    zone_id: str = field(default_factory=lambda: secrets.token_hex(8))
 
     def __post_init__(self) -> None:
-        # Every call to a child is timed, by child, for the observer (metrics).
-        self.transport = ObservedTransport(self.transport, self._called)
+        # Every call to a child is timed, by child, for the observer (metrics),
+        # and one made outside a request starts its zone path here.
+        self.transport = ObservedTransport(self.transport, self._called, self.zone_id)
         # Schedule calls on this zone's own providers in worker threads at once;
         # the rest wait on the event loop. The scheduler itself lets
         # `schedule_concurrency` of them plan at a time; the others here wait
@@ -263,6 +267,11 @@ class ZoneTree:
         except Unreachable as exc:
             h.failed(exc.why, faulty=isinstance(exc, Malformed), timed_out=exc.timed_out)
             return None
+        if protocol.is_loop(reply.status, reply.body):
+            # Its summary would count this zone (or the call came back here):
+            # the tree has a cycle through it.
+            self._looped(child, str(_error(reply.body).get("detail", ""))[:300])
+            return None
         if reply.status != 200 or not isinstance(reply.body, dict):
             h.failed(f"summary answered {reply.status}")
             return None
@@ -270,6 +279,9 @@ class ZoneTree:
             body = protocol.read_summary(reply.body)
         except protocol.Faulty as exc:
             h.failed(f"faulty: {exc.reason}", faulty=True)
+            return None
+        if self._covers_this_zone(body):
+            self._looped(child, f"its summary counts this zone ({self.config.name})")
             return None
         was_down = not h.healthy
         h.ok()
@@ -279,6 +291,20 @@ class ZoneTree:
             if self._doubtful and child.name in self._doubtful:
                 self.spawn(self.reconcile(child.name))
         return body
+
+    def _covers_this_zone(self, body: dict[str, Any]) -> bool:
+        ids = body.get("zone_ids")
+        return isinstance(ids, list) and self.zone_id in ids
+
+    def _looped(self, child: Child, why: str) -> None:
+        """`child` leads round a cycle of the tree back to this zone: faulty
+        (not asked, not counted in this zone's summary) until, its quarantine
+        over, a probe finds the cycle gone."""
+        self.health_of(child.name).failed(
+            f"loop: child {child.name} leads back to this zone ({why})", faulty=True,
+            loop=True)
+        self.cache.pop(child.name, None)
+        log.warning("child zone %s leads round a cycle of the zone tree: %s", child.name, why)
 
     async def answers_as(self, child: Child) -> bool:
         """Whether a zone answers at `child.url` as `child.name` (alive)."""
@@ -292,19 +318,15 @@ class ZoneTree:
 
     async def is_this_zone(self, url: str, token: str | None) -> bool:
         """Whether a call to `url` comes back to this zone (its middleware
-        refuses it as a loop): the URL is one of this zone's own addresses."""
+        refuses it as a loop): the URL is one of this zone's own addresses.
+        The version document, which asks no other zone: another zone whose
+        subtree holds this one refuses a summary request from here too."""
         try:
-            reply = await self.transport.call(url, "GET", "/strato/v1/summary", token=token,
+            reply = await self.transport.call(url, "GET", "/", token=token,
                                               timeout=PROBE_TIMEOUT_S)
         except Unreachable:
             return False
-        if reply.status != errors.LoopDetected.status:
-            return False
-        try:
-            codes = {e.get("code") for e in protocol.read_error(reply.body)["errors"]}
-        except protocol.Faulty:
-            return False
-        return errors.ZONE_LOOP in codes
+        return protocol.is_loop(reply.status, reply.body)
 
     def _refresh_one(self, child: Child) -> asyncio.Task[Any]:
         """One fetch per child at a time: a slow child never holds up the others."""
@@ -595,11 +617,13 @@ class ZoneTree:
             own = await run_in_threadpool(self.local.summary)
         return own
 
-    async def summary(self, *, fresh: bool = False,
-                      own: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def summary(self, *, fresh: bool = False, own: dict[str, Any] | None = None,
+                      callers: Collection[str] = ()) -> dict[str, Any]:
         """This zone's subtree as one pool. Never waits on a slow child unless
         `fresh`, and then at most the child timeout: a parent probing this
-        zone must not see it slow because a zone below it is."""
+        zone must not see it slow because a zone below it is. LoopDetected
+        when it would count one of `callers` (the ids of the zones the request
+        passed through): the tree has a cycle."""
         if own is None:
             if not await self.has_providers(fresh=fresh):
                 own = summaries.EMPTY
@@ -611,16 +635,33 @@ class ZoneTree:
         parts = [own]
         child_rows = []
         unreachable: list[str] = []
+        loops: list[str] = []  # those of `unreachable` left out as a cycle's
+        # The zones counted, each once (a zone whose summary counts this one
+        # is never cached: fetch_summary).
+        ids = [self.zone_id]
+        seen = {self.zone_id}
         for c in kids:
             cached = self.cache.get(c.name)
             h = self.health_of(c.name)
             if cached is not None and h.healthy:
+                below_ids = cached.body.get("zone_ids") or []
+                if callers and not set(callers).isdisjoint(below_ids):
+                    raise errors.LoopDetected(
+                        f"the summary of zone {self.config.name!r} counts a zone that asked "
+                        f"for it ({protocol.PATH_HEADER}), through its child {c.name!r}: the "
+                        "zone tree has a cycle; remove one of the child registrations on it "
+                        f"(here: DELETE /strato/v1/children/{c.name})")
+                ids += [z for z in below_ids if z not in seen]
+                seen.update(below_ids)
                 parts.append(cached.body)
-                below = cached.body.get("unreachable")
-                if isinstance(below, list):
-                    unreachable += [f"{c.name}/{u}" for u in below if isinstance(u, str)]
+                for key, into in (("unreachable", unreachable), ("loops", loops)):
+                    below = cached.body.get(key)
+                    if isinstance(below, list):
+                        into += [f"{c.name}/{u}" for u in below if isinstance(u, str)]
             elif not h.healthy:
                 unreachable.append(c.name)
+                if h.looped:
+                    loops.append(c.name)
             child_rows.append({"name": c.name, "healthy": h.healthy,
                                "age_s": None if cached is None
                                else round(time.monotonic() - cached.fetched, 3)})
@@ -630,7 +671,8 @@ class ZoneTree:
         return {"zone": self.config.name, "location_prefix": self.config.location_prefix,
                 "tags": list(self.config.tags), "health": "ok", "as_of": summaries.now_iso(),
                 **merged, "children": child_rows,
-                "unreachable": unreachable[:MAX_UNREACHABLE]}
+                "unreachable": unreachable[:MAX_UNREACHABLE], "loops": loops[:MAX_UNREACHABLE],
+                "zone_ids": ids[:protocol.MAX_ZONE_IDS]}
 
     # -- scheduling ----------------------------------------------------------------------
 
@@ -1035,6 +1077,14 @@ class ZoneTree:
                      down: list[Outcome]) -> errors.ServiceUnavailable:
         names = ", ".join(sorted({o.zone for o in down}))
         waits = [self.health_of(o.zone).retry_after() for o in down if o.zone]
+        if all(o.outcome == Result.LOOP for o in down):
+            # Not a passing outage: say what it is, and where.
+            return errors.LoopBelow(
+                f"no placement for {len(req.consumers)} consumer(s) under zone "
+                f"{self.config.name}: the zone tree has a cycle below it ("
+                + "; ".join(f"{o.zone}: {o.reason}" for o in down)
+                + "); nothing was claimed", retry_after=max([1.0, *waits]),
+                explain=self._explain(outcomes))
         return errors.ServiceUnavailable(
             f"no placement for {len(req.consumers)} consumer(s) under zone "
             f"{self.config.name}, and part of the tree could not be asked ({names}); "
@@ -1124,6 +1174,8 @@ class ZoneTree:
                 why = static_reason(req, None, c.location_prefix, c.tags)
                 if why is not None:
                     outcomes.append(Outcome(c.name, Result.PRUNED, why))
+                elif h.looped:
+                    outcomes.append(Outcome(c.name, Result.LOOP, f"skipped: {h.last_error}"))
                 else:
                     outcomes.append(Outcome(c.name, Result.UNHEALTHY,
                                             f"skipped: unhealthy ({h.last_error})"))
@@ -1136,8 +1188,13 @@ class ZoneTree:
                     # Its summary leaves out zones it cannot reach: "too small"
                     # is not a definite answer while they are away.
                     shown = ", ".join(map(str, down[:5]))
-                    outcomes.append(Outcome(c.name, Result.UNAVAILABLE,
-                                            f"{why}, and unreachable below it: {shown}"))
+                    if cached and set(down) <= set(cached.body.get("loops") or ()):
+                        outcomes.append(Outcome(c.name, Result.LOOP,
+                                                f"{why}, and a cycle of the zone tree below "
+                                                f"it left out: {shown}"))
+                    else:
+                        outcomes.append(Outcome(c.name, Result.UNAVAILABLE,
+                                                f"{why}, and unreachable below it: {shown}"))
                 else:
                     outcomes.append(Outcome(c.name, Result.PRUNED, why))
                 continue
@@ -1260,6 +1317,10 @@ class ZoneTree:
             return Outcome(child.name, Result.UNAVAILABLE,
                            f"part of it is unreachable: {err.get('detail', '')}"[:300],
                            reply.body.get("explain") if isinstance(reply.body, dict) else None)
+        if protocol.is_loop(reply.status, reply.body):
+            # A cycle through it or below it: its next summary fetch tells.
+            self._note_answer(child.name, None)
+            return Outcome(child.name, Result.LOOP, f"loop: {err.get('detail', '')}"[:300])
         if reply.status == 400 or (reply.status == 409
                                    and code == errors.CONCURRENT_UPDATE):
             # The request itself is at fault (bad input, consumer exists):
@@ -1292,7 +1353,7 @@ class ZoneTree:
         """A child answered a claim: its summary comes with the answer (no extra
         round trip; validated with the answer, by zone/protocol.py); without
         one, refresh it at the next request."""
-        if summary is not None:
+        if summary is not None and not self._covers_this_zone(summary):
             self.cache[name] = Cached(summary, time.monotonic())
             return
         cached = self.cache.get(name)
@@ -1434,9 +1495,9 @@ class ZoneTree:
         why = f"claim refused ({reply.status}): {err.get('detail', '')}"[:300]
         if reply.status == 409:
             return Outcome(name, Result.CONFLICT, why)
-        # Not an answer about room (503, 500, a lying body): an outage.
-        return Outcome(name, Result.UNAVAILABLE if reply.status == 503 else Result.ERROR,
-                       why)
+        # Not an answer about room (503, 508, 500, a lying body): an outage.
+        return Outcome(name, Result.UNAVAILABLE if reply.status == 503 else Result.LOOP
+                       if protocol.is_loop(reply.status, reply.body) else Result.ERROR, why)
 
     async def call_claim(self, child: Child, route: str, body: dict[str, Any],
                          consumers: Sequence[str], deadline: float) -> Any:

@@ -25,6 +25,7 @@ from strato.store import children as store
 from strato.store import providers, provisional
 from strato.zone import attempt, subtree
 from strato.zone.protocol import TOKEN_PATTERN, zone_url
+from strato.zone.transport import ZONE_PATH
 from strato.zone.tree import ZoneTree
 
 router = APIRouter(prefix="/strato/v1", tags=["zone tree"])
@@ -144,7 +145,10 @@ async def get_summary(request: Request, fresh: bool = False) -> Response:
     """This zone's subtree as one resource pool: own providers plus children's summaries
     (`fresh=true`: ask the children again first, down the whole subtree)."""
     deps.require_admin(request, "strato:summary:show")
-    return json_response(await tree_of(request).summary(fresh=fresh))
+    # The zones that asked (this one is last): a summary that would count one
+    # of them is a 508, the tree has a cycle.
+    return json_response(await tree_of(request).summary(fresh=fresh,
+                                                         callers=ZONE_PATH.get()[:-1]))
 
 
 @router.get("/groups/{name}")
