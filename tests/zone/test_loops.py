@@ -18,9 +18,11 @@ from tests.zone.helpers import record_calls
 PATH_HEADER = "x-strato-zone-path"
 
 
-def run(tmp_path: Path, names: list[str], scenario: Any) -> None:
+def run(tmp_path: Path, names: list[str] | list[ZoneSpec], scenario: Any) -> None:
+    """`scenario` on an in-process tree of `names` (each a zone of its own, not
+    linked) or of `ZoneSpec`s."""
     async def main() -> None:
-        tree = build(tmp_path, [ZoneSpec(n) for n in names])
+        tree = build(tmp_path, [n if isinstance(n, ZoneSpec) else ZoneSpec(n) for n in names])
         try:
             await scenario(tree)
         finally:
@@ -230,14 +232,8 @@ def test_a_tree_without_a_cycle_and_a_child_restarted_are_counted_once(
             "groups": [{"resources": {"VCPU": 8}}]})
         assert r.status_code == 200, r.text
 
-    async def main() -> None:
-        tree = build(tmp_path, [ZoneSpec("top"), ZoneSpec("mid", parent="top"),
-                                ZoneSpec("leaf", parent="mid")])
-        try:
-            await scenario(tree)
-        finally:
-            await tree.aclose()
-    asyncio.run(main())
+    run(tmp_path, [ZoneSpec("top"), ZoneSpec("mid", parent="top"),
+                   ZoneSpec("leaf", parent="mid")], scenario)
 
 
 def test_a_cycle_below_a_parent_is_said_to_be_a_loop_and_not_kept(tmp_path: Path) -> None:
