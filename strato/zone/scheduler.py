@@ -253,10 +253,9 @@ class Planner:
         if hosts is not None and funnels and all(f.remaining for _, f in funnels):
             cause = _together(index, hosts, [f for _, f in funnels], rules, count,
                               join_group)
-            if cause is not None:
-                out["cause"] = cause
-                filtered = out["summary"] != explainer.NOTHING_FILTERED
-                out["summary"] = cause + (f"; left out: {out['summary']}" if filtered else "")
+            filtered = out["summary"] != explainer.NOTHING_FILTERED
+            out["cause"] = cause
+            out["summary"] = cause + (f"; left out: {out['summary']}" if filtered else "")
         return out
 
 

@@ -1140,7 +1140,7 @@ class ZoneTree:
         tiers: dict[float, list[tuple[float, str, Child | None]]] = {}
         for o in options:
             tiers.setdefault((penalty or {}).get(o[1], 0.0), []).append(o)
-        ranked = [tiers[p] for p in sorted(tiers)] or [[]]
+        ranked = [tiers[p] for p in sorted(tiers)]
         for n, tier in enumerate(ranked):
             last = n == len(ranked) - 1
             got = await (self._best(req, tier, outcomes, attempt) if req.mode == "best"
