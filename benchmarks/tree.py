@@ -63,9 +63,19 @@ from strato.zone.inprocess import build as build_inprocess
 console = Console(width=None if sys.stdout.isatty() else 120)
 
 
+# --request-ids: every request carries a fresh request_id, as a client that
+# retries after a lost answer must send (then a single zone keeps it in its
+# ledger too, as every zone of a tree does with the id it makes up).
+REQUEST_IDS = False
+
+
 def request(mode: str) -> dict[str, Any]:
-    return {"consumers": [str(uuid.uuid4())], "project_id": "bench", "user_id": "bench",
-            "groups": [{"resources": {"VCPU": 1, "MEMORY_MB": 1024}}], "mode": mode}
+    body: dict[str, Any] = {
+        "consumers": [str(uuid.uuid4())], "project_id": "bench", "user_id": "bench",
+        "groups": [{"resources": {"VCPU": 1, "MEMORY_MB": 1024}}], "mode": mode}
+    if REQUEST_IDS:
+        body["request_id"] = f"bench-{uuid.uuid4().hex}"
+    return body
 
 
 def figures(part: str, shape: str, mode: str, clients: int, latencies: Sequence[float],
@@ -182,6 +192,10 @@ async def depth_part(args: argparse.Namespace, root_dir: Path) -> list[dict[str,
     rounds = max(1, args.depth_rounds)
     each = max(1, args.depth_requests // rounds)
     kept: dict[tuple[int, str], list[Any]] = {}
+    # Each round's p50 of depth d over depth 1's, per mode: the machine's
+    # speed drifts between rounds, so the spread of these says how far one
+    # pooled ratio can be trusted.
+    round_ratios: dict[tuple[int, str], list[float]] = {}
     try:
         for depth, fanout, per_leaf in shapes:
             where = root_dir / f"depth{depth}"
@@ -192,15 +206,21 @@ async def depth_part(args: argparse.Namespace, root_dir: Path) -> list[dict[str,
                 await drive(tree, mode, 5, 1, 60)  # warm: first calls load and cache
         for _ in range(rounds):
             for mode in ("delegate", "best"):
+                p50s: dict[int, float] = {}
                 for depth, tree, _hosts in trees:
                     lat, placed, failed, wall, cpu = await drive(
                         tree, mode, each, 1, args.run_seconds / rounds)
+                    if lat:
+                        p50s[depth] = pct(lat, 0.5)
                     got = kept.setdefault((depth, mode), [[], 0, 0, 0.0, 0.0])
                     got[0] += lat
                     got[1] += placed
                     got[2] += failed
                     got[3] += wall
                     got[4] += cpu
+                for depth, p50 in p50s.items():
+                    if depth != 1 and p50s.get(1):
+                        round_ratios.setdefault((depth, mode), []).append(p50 / p50s[1])
     finally:
         for _, tree, _ in trees:
             await tree.aclose()
@@ -215,6 +235,11 @@ async def depth_part(args: argparse.Namespace, root_dir: Path) -> list[dict[str,
     for r in out:
         r["p50_vs_depth1"] = round(r["p50_ms"] / one[r["mode"]], 2) if one.get(r["mode"]) \
             else None
+        ratios = sorted(round_ratios.get((r["depth"], r["mode"]), []))
+        if ratios:
+            r["round_ratios"] = {"median": round(pct(ratios, 0.5), 2),
+                                 "min": round(ratios[0], 2), "max": round(ratios[-1], 2),
+                                 "rounds": len(ratios)}
     return out
 
 
@@ -320,7 +345,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ledger-commit", choices=("sync", "async"), default=None,
                     help="the HTTP zones' ledger commits (strato serve --ledger-commit); "
                     "default: theirs (sync)")
+    ap.add_argument("--request-ids", action="store_true",
+                    help="every request carries a fresh request_id (a client that can "
+                    "retry safely), at every depth")
     args = ap.parse_args(argv)
+    global REQUEST_IDS
+    REQUEST_IDS = args.request_ids
     if not args.access_log:
         os.environ["STRATO_ACCESS_LOG"] = "0"
     if args.ledger_commit:
@@ -358,11 +388,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     goal = " (issue 18's goal: <= x2, " + (
                         "met)" if r["p50_vs_depth1"] <= 2.0 else "not met)") \
                         if r["mode"] == "delegate" else ""
+                    spread = r.get("round_ratios")
+                    rounds_said = "" if not spread else (
+                        f"; per round x{spread['median']} median, x{spread['min']}-"
+                        f"x{spread['max']} over {spread['rounds']} rounds")
                     console.print(f"{r['mode']}: depth 3 p50 x{r['p50_vs_depth1']} of depth "
-                                  f"1{goal}")
+                                  f"1{rounds_said}{goal}")
     write_results(args.json, "tree", load_before,
                   sqlite_synchronous=args.sqlite_synchronous or "FULL",
-                  ledger_commit=args.ledger_commit or "sync", **results)
+                  ledger_commit=args.ledger_commit or "sync", request_ids=args.request_ids,
+                  **results)
     return 0
 
 
