@@ -211,6 +211,42 @@ def _inventory_changes(resource: list[str] | None, reserved: list[str] | None,
     return changes
 
 
+def _classes(flag: str, values: list[str] | None) -> list[str]:
+    """Resource class names (repeatable, or comma separated), upper-cased."""
+    out = []
+    for v in values or []:
+        for item in v.split(","):
+            rc = item.strip().upper()
+            if not _TRAIT.match(rc):
+                hint = (f" (give the class alone: {flag} {rc.split('=')[0].split(':')[0]})"
+                        if "=" in rc or ":" in rc else "")
+                raise _bad(flag, item, "a resource class is upper-case letters, digits and "
+                                       f"_ (CUSTOM_... for your own){hint}")
+            out.append(rc)
+    return out
+
+
+def _inventory_plan(inv: dict[str, Any], changes: dict[str, dict[str, Any]],
+                    drop: list[str]) -> dict[str, Any]:
+    """The provider's inventories `inv` with `changes` made and `drop` gone; exit
+    2 (nothing written) for a change that needs an inventory it does not have."""
+    inv = dict(inv)
+    for rc, c in changes.items():
+        if rc not in inv and "total" not in c:
+            raise _bad("--reserved/--ratio", rc, f"{rc} has no inventory here: give "
+                                                 f"--resource {rc}=TOTAL")
+        inv[rc] = {**inv.get(rc, {}), **c}
+    for rc in drop:
+        if rc not in inv:
+            have = ", ".join(sorted(inv)) or "none"
+            raise _bad("--remove-resource", rc, f"no such inventory on this provider "
+                                                f"(it has: {have})")
+        if rc in changes:
+            raise _bad("--remove-resource", rc, "also given to --resource/--reserved/--ratio")
+        del inv[rc]
+    return inv
+
+
 def _ensure_custom(z: _Zone, classes: list[str], traits: list[str]) -> None:
     """Custom classes and traits exist before they are used (PUT is idempotent)."""
     for rc in classes:
@@ -308,7 +344,7 @@ def set_(provider: str = typer.Argument(..., help="Name or UUID."),
     Inventory and traits are read, changed and written with the provider's
     generation; a concurrent change is retried (a few times) on fresh state."""
     changes = _inventory_changes(resource, reserved, ratio)
-    drop = [rc.upper() for rc in remove_resource or []]
+    drop = _classes("--remove-resource", remove_resource)
     add_traits = _traits("--trait", trait)
     rm_traits = _traits("--remove-trait", remove_trait)
     tags = None if tag is None or tag == [] else [t for t in tag if t]
@@ -317,6 +353,11 @@ def set_(provider: str = typer.Argument(..., help="Name or UUID."),
     z = _Zone(url, token)
     rp = z.find(provider)
     u = rp["uuid"]
+    if changes or drop:
+        # Refused before anything is written (the name included); checked
+        # again on every try below, on fresh state.
+        _inventory_plan(z.call("GET", f"/resource_providers/{u}/inventories").json()
+                        ["inventories"], changes, drop)
     if rename and rename != rp["name"]:
         z.call("PUT", f"/resource_providers/{u}", {
             "name": rename, "parent_provider_uuid": rp.get("parent_provider_uuid")})
@@ -325,16 +366,7 @@ def set_(provider: str = typer.Argument(..., help="Name or UUID."),
         if not (changes or drop):
             break
         cur = z.call("GET", f"/resource_providers/{u}/inventories").json()
-        inv = cur["inventories"]
-        for rc, c in changes.items():
-            if rc not in inv and "total" not in c:
-                raise _bad("--reserved/--ratio", rc, f"{rc} has no inventory here: give "
-                                                     f"--resource {rc}=TOTAL")
-            inv[rc] = {**inv.get(rc, {}), **c}
-        for rc in drop:
-            if rc not in inv:
-                raise _bad("--remove-resource", rc, "no such inventory on this provider")
-            del inv[rc]
+        inv = _inventory_plan(cur["inventories"], changes, drop)
         r = z.call("PUT", f"/resource_providers/{u}/inventories", {
             "resource_provider_generation": cur["resource_provider_generation"],
             "inventories": inv}, ok=(200, 409))

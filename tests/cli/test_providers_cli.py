@@ -78,6 +78,13 @@ def test_a_provider_from_the_command_line(tmp_path: Path) -> None:
             assert r.returncode == 2 and "invalid" in r.stderr, (args, r.stderr)
         r = strato("providers", "add", "x", "-r", "VCPU=4", "--location", "a//b", *u)
         assert r.returncode == 1 and "was not added" in r.stderr, r.stderr
+        # A refused set changes nothing, its name neither.
+        for args in (["--remove-resource", "VCPU=4"], ["--remove-resource", "DISK_GB"],
+                     ["--reserved", "DISK_GB=1"]):
+            r = strato("providers", "set", "host-1", "--name", "renamed", *args, *u)
+            assert r.returncode == 2 and "invalid" in r.stderr, (args, r.stderr)
+        r = strato("providers", "set", "host-1", "--remove-resource", "VCPU=4", *u)
+        assert "give the class alone: --remove-resource VCPU" in r.stderr, r.stderr
         r = strato("providers", "set", "nosuch", "-r", "VCPU=1", *u)
         assert r.returncode == 1 and "no provider named 'nosuch'" in r.stderr
         listed = strato("providers", "list", "--json", *u)
