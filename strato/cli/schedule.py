@@ -277,12 +277,15 @@ def explain_tables(explain: dict[str, Any]) -> list[Table]:
     return out
 
 
-def print_explain(console: Console, explain: dict[str, Any] | None) -> None:
+def print_explain(console: Console, explain: dict[str, Any] | None,
+                  said: str | None = None) -> None:
+    """The funnel's tables, then its summary unless `said` (a line printed
+    already) holds it."""
     if not explain:
         return
     for t in explain_tables(explain):
         console.print(t)
-    if explain.get("summary"):
+    if explain.get("summary") and not (said and str(explain["summary"]) in said):
         zone = f" (zone {explain['zone']})" if explain.get("zone") else ""
         console.print(f"summary{zone}: {explain['summary']}")
 
@@ -312,7 +315,7 @@ def print_answer(console: Console, answer: dict[str, Any], names: dict[str, str]
         what = r.get("rule") or r["type"]
         console.print(f"[yellow]relaxed[/] soft rule #{r['index']} {what} "
                       f"(weight {r['weight']:g})")
-    print_explain(console, answer.get("explain"))
+    print_explain(console, answer.get("explain"), said=answer.get("detail"))
     console.print(tally(answer), soft_wrap=True)
 
 

@@ -364,6 +364,8 @@ def test_explain_leads_with_why_nothing_fits(in_process: TestClient,
     # The answer first: nothing fits and why, then the funnel, then the tally.
     assert lines[0].startswith("nothing fits"), lines[0]
     assert "VCPU: short of 64" in lines[0]
+    # Said once: the funnel's summary line is not printed again below it.
+    assert not [ln for ln in lines if ln.startswith("summary")], result.output
     funnel = next(i for i, ln in enumerate(lines) if "explain: unsuffixed group" in ln)
     tally = next(i for i, ln in enumerate(lines) if "placed" in ln and "nothing" not in ln)
     assert funnel < tally == len(lines) - 1
