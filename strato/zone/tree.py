@@ -64,7 +64,7 @@ from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_i
 from strato.zone.failures import FailureMemory, Refusal, shape_of
 from strato.zone.prune import predicted_fit, prune_reason, static_reason
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
-from strato.zone.transport import Malformed, ObservedTransport, Transport, Unreachable
+from strato.zone.transport import Malformed, ObservedTransport, Transport, Unreachable, unrouted
 
 log = logging.getLogger("strato.zone")
 T = TypeVar("T")
@@ -327,6 +327,29 @@ class ZoneTree:
         except Unreachable:
             return False
         return protocol.is_loop(reply.status, reply.body)
+
+    async def closes_cycle(self, url: str, token: str | None) -> bool:
+        """Whether the summary of the zone at `url` counts this zone (its
+        `zone_ids`): this zone is in its subtree already, and registering it
+        as a child would close a cycle. False when it cannot be asked.
+
+        Asked without a zone path (`unrouted`), as a zone not below this one:
+        with this zone's id on the call, a zone on the way whose background
+        refresh the call started would take its own child, whose summary
+        counts this zone, for a cycle, and quarantine a sound edge. Its
+        summary as cached along the way: a fresh one would do the same."""
+        with unrouted():
+            try:
+                reply = await self.transport.call(url, "GET", "/strato/v1/summary",
+                                                  token=token, timeout=PROBE_TIMEOUT_S)
+            except Unreachable:
+                return False
+        if reply.status != 200 or not isinstance(reply.body, dict):
+            return False
+        try:
+            return self._covers_this_zone(protocol.read_summary(reply.body))
+        except protocol.Faulty:
+            return False
 
     def _refresh_one(self, child: Child) -> asyncio.Task[Any]:
         """One fetch per child at a time: a slow child never holds up the others."""
