@@ -5,10 +5,74 @@ when the child's summary shows it."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from strato.zone.inprocess import InProcessTree, ZoneSpec
 from tests.zone.test_loops import _background_rounds, _host, run
+
+DIAMOND = [ZoneSpec("root"), ZoneSpec("a", parent="root"), ZoneSpec("b", parent="root"),
+           ZoneSpec("x", parent="a")]
+
+
+async def _diamond(tree: InProcessTree) -> None:
+    """root -> a -> x and root -> b -> x: a has a 4-VCPU host, x an 8-VCPU one,
+    b none of its own."""
+    await _host(tree.client("a"), "a-h0", vcpu=4)
+    await _host(tree.client("x"), "x-h0", vcpu=8)
+    await tree.link()
+    r = await tree.client("b").post("/strato/v1/children",
+                                    json={"name": "x", "url": tree.url("x")})
+    assert r.status_code == 201, r.text
+    await _background_rounds(tree, ["x", "a", "b", "root"], 2)
+
+
+def test_a_zone_under_two_children_is_counted_once(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await _diamond(tree)
+        s = (await tree.client("root").get("/strato/v1/summary")).json()
+        # Two hosts below root (a-h0 and x-h0), 12 VCPU: x not counted twice.
+        assert s["providers"] == 2, s
+        assert s["classes"]["VCPU"]["capacity"] == 12, s
+        assert s["classes"]["VCPU"]["largest_free"] == 8, s
+        assert len(s["zone_ids"]) == len(set(s["zone_ids"])) == 4, s
+        # b's summary counts a zone already counted through a: said so.
+        assert s["overlaps"] == ["b"], s
+        # Each child's own summary is whole (root schedules through each).
+        assert [c["healthy"] for c in s["children"]] == [True, True], s
+    run(tmp_path, DIAMOND, scenario)
+
+
+def test_an_overlapping_child_is_a_lower_bound_not_a_sum(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await _diamond(tree)
+        # b gets more room of its own than a has: what root says grows to b's
+        # figures (room it surely has), never to a's and b's sum.
+        await _host(tree.client("b"), "b-h0", vcpu=32)
+        await _background_rounds(tree, ["x", "a", "b", "root"], 2)
+        s = (await tree.client("root").get("/strato/v1/summary?fresh=true")).json()
+        assert s["providers"] == 2 and s["classes"]["VCPU"]["capacity"] == 40, s
+        assert s["classes"]["VCPU"]["largest_free"] == 32, s
+    run(tmp_path, DIAMOND, scenario)
+
+
+def test_a_placement_in_a_diamond_goes_to_the_shared_zone_once(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await _diamond(tree)
+        root = tree.client("root")
+        body = {"project_id": "p", "user_id": "u", "groups": [{"resources": {"VCPU": 8}}]}
+        r = await root.post("/strato/v1/schedule", json={**body,
+                                                         "consumers": [str(uuid.uuid4())]})
+        assert r.status_code == 200, r.text
+        (p,) = r.json()["placements"]
+        assert p["zone"] in ("root/a/x", "root/b/x"), p
+        # x is full now, through either path.
+        await _background_rounds(tree, ["x", "a", "b", "root"], 1)
+        r = await root.post("/strato/v1/schedule", json={**body,
+                                                         "consumers": [str(uuid.uuid4())]})
+        assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "strato.no_valid_placement"
+    run(tmp_path, DIAMOND, scenario)
 
 
 def test_registering_a_zone_above_this_one_as_its_child_is_409(tmp_path: Path) -> None:
@@ -67,6 +131,6 @@ def test_a_child_restarted_registers_again(tmp_path: Path) -> None:
             assert r.status_code == 200, r.text
         await _background_rounds(tree, ["leaf", "mid", "top"], 2)
         s = (await tree.client("top").get("/strato/v1/summary")).json()
-        assert s["providers"] == 1 and not s.get("overlaps") and not s["loops"], s
+        assert s["providers"] == 1 and not s["overlaps"] and not s["loops"], s
     run(tmp_path, [ZoneSpec("top"), ZoneSpec("mid", parent="top"),
                    ZoneSpec("leaf", parent="mid")], scenario)
