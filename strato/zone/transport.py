@@ -40,7 +40,7 @@ import orjson
 
 from strato import logs, trace
 from strato.zone import wire
-from strato.zone.protocol import PATH_HEADER, ZONE_PROTOCOL, ZONE_URL_SCHEMES, zone_url
+from strato.zone.protocol import PATH_HEADER, ZONE_PROTOCOL, ZONE_URL_SCHEMES, is_loop, zone_url
 
 # Zone-to-zone messages carry the protocol version, so mixed-version trees can
 # tell. Answers are asked for uncompressed: their size is what is bounded.
@@ -410,7 +410,8 @@ class InProcessTransport(_Traced):
 
 class ObservedTransport:
     """A zone's calls to its children, each timed and told to `report`
-    (url, seconds, outcome: ok, error for a 5xx answer, unreachable, malformed).
+    (url, seconds, outcome: ok, error for a 5xx answer, loop for a 508
+    strato.zone_loop, unreachable, malformed).
     A call made outside a request carries the path ``zone_id`` (this zone):
     in a cycle, the zone it comes back to can tell."""
 
@@ -433,7 +434,8 @@ class ObservedTransport:
         try:
             reply = await self.inner.call(url, method, path, token=token, json=json,
                                           timeout=timeout, version=version)
-            outcome = "error" if reply.status >= 500 else "ok"
+            outcome = ("loop" if is_loop(reply.status, reply.body)
+                       else "error" if reply.status >= 500 else "ok")
             return reply
         except Malformed:
             outcome = "malformed"

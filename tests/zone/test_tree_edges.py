@@ -134,3 +134,28 @@ def test_a_child_restarted_registers_again(tmp_path: Path) -> None:
         assert s["providers"] == 1 and not s["overlaps"] and not s["loops"], s
     run(tmp_path, [ZoneSpec("top"), ZoneSpec("mid", parent="top"),
                    ZoneSpec("leaf", parent="mid")], scenario)
+
+
+def test_a_schedule_refused_by_a_cycle_is_counted_as_a_loop(tmp_path: Path) -> None:
+    """In the metrics, a 508 strato.zone_loop is a loop, not an error: the
+    schedule result, and the call to the child that answered it."""
+    from tests.api.test_health import value
+    from tests.zone.test_loops import register_unseen
+
+    async def scenario(tree: InProcessTree) -> None:
+        r = await tree.client("a").post("/strato/v1/children",
+                                        json={"name": "b", "url": tree.url("b")})
+        assert r.status_code == 201, r.text
+        await register_unseen(tree, "b", "a")
+        r = await tree.client("a").post("/strato/v1/schedule", json={
+            "consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+            "groups": [{"resources": {"VCPU": 1}}]})
+        assert r.status_code == 508, r.text
+        text = {z: (await tree.client(z).get("/metrics")).text for z in ("a", "b")}
+        assert value(text["a"], "strato_schedule_attempts_total", result="loop") == 1
+        assert value(text["a"], "strato_schedule_attempts_total", result="error") == 0
+        assert value(text["b"], "strato_child_call_duration_seconds_count", child="a",
+                     outcome="loop") >= 1
+        assert value(text["b"], "strato_child_call_duration_seconds_count", child="a",
+                     outcome="error") == 0
+    run(tmp_path, ["a", "b"], scenario)
