@@ -28,7 +28,8 @@ class Observer:
 
     def zone_called(self, child: str, seconds: float, outcome: str) -> None:
         """A call to child zone `child` ended: ok, error (it answered 5xx),
-        unreachable or malformed."""
+        loop (508 strato.zone_loop: the tree has a cycle), unreachable or
+        malformed."""
 
 
 NOBODY = Observer()

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import strato
 from strato.api.responses import StatusOf
+from strato.model import errors
 from strato.observe import Observer
 from strato.store import in_doubt, provisional
 
@@ -40,7 +41,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
            5.0, 10.0, 30.0)
 # Results of a schedule attempt, as counted.
-RESULTS = ("placed", "no_valid_placement", "unavailable", "conflict", "invalid", "error")
+RESULTS = ("placed", "no_valid_placement", "unavailable", "loop", "conflict", "invalid",
+           "error")
 
 
 # Counts of candidates returned by GET /allocation_candidates.
@@ -85,7 +87,7 @@ class Metrics(Observer):
             "catch up with the store", buckets=BUCKETS, registry=self.registry)
         self.child_calls = Histogram(
             "strato_child_call_duration_seconds", "Calls to child zones by outcome (ok, "
-            "error, unreachable, malformed)", ["child", "outcome"], buckets=BUCKETS,
+            "error, loop, unreachable, malformed)", ["child", "outcome"], buckets=BUCKETS,
             registry=self.registry)
         self.candidates_returned = Histogram(
             "strato_allocation_candidates_returned", "Allocation requests returned by "
@@ -142,6 +144,9 @@ def result_of(status: int, code: str | None) -> str:
     """A schedule answer's status and error code, as a result label."""
     if status == 200:
         return "placed"
+    if code == errors.ZONE_LOOP:
+        # The zone tree has a cycle (508): the operator's to remove, not a fault.
+        return "loop"
     if status == 503:
         return "unavailable"
     if status == 409:

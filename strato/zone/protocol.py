@@ -170,6 +170,10 @@ class Summary(_Message):
     # Those of `unreachable` left out because the tree has a cycle through them.
     loops: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] = Field(
         default_factory=list, max_length=MAX_CHILDREN)
+    # Children whose summaries count a zone counted through another child (a
+    # zone registered under both): their figures are maxima, not sums.
+    overlaps: list[Annotated[str, Field(min_length=1, max_length=MAX_TEXT)]] = Field(
+        default_factory=list, max_length=MAX_CHILDREN)
     # The zones whose providers it counts, this one first (None: an older
     # zone). A parent that finds its own id there is in a cycle with it.
     zone_ids: list[ZoneId] | None = Field(default=None, max_length=MAX_ZONE_IDS)

@@ -164,23 +164,33 @@ class _Kept:
         return {c.rc: c.figures() for c in self.per_class}
 
 
-def merge(parts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """One summary for several pools: sums, maxima of largest_free, unions."""
+def merge(parts: Iterable[Mapping[str, Any]],
+          overlapping: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """One summary for several pools: sums, maxima of largest_free, unions.
+
+    `overlapping`: pools that share zones with `parts` (a zone registered
+    under two children, a diamond), whose shares of the sums cannot be told
+    apart. Their maxima and unions are merged as any part's (counting a zone
+    twice does not change them), and their capacity, usage and provider
+    count as maxima, not sums: never more than the pools hold, at least as
+    much as the largest one (capacity less usage too)."""
     providers = 0
     freed = 0
     classes: dict[str, dict[str, Any]] = {}
     traits: set[str] = set()
     tags: set[str] = set()
-    for part in parts:
-        providers += int(part.get("providers", 0))
+    for part, over in [*((p, False) for p in parts), *((p, True) for p in overlapping)]:
+        n = int(part.get("providers", 0))
+        providers = max(providers, n) if over else providers + n
         freed += int(part.get("freed", 0))
         traits.update(part.get("traits", []))
         tags.update(part.get("tags_present", []))
         for rc, c in part.get("classes", {}).items():
             acc = classes.setdefault(rc, {"capacity": 0, "used": 0, "largest_free": 0,
                                           "best_share": 0.0, "max_capacity": 0})
-            acc["capacity"] += int(c.get("capacity", 0))
-            acc["used"] += int(c.get("used", 0))
+            for k in ("capacity", "used"):
+                v = int(c.get(k, 0))
+                acc[k] = max(acc[k], v) if over else acc[k] + v
             acc["largest_free"] = max(acc["largest_free"], int(c.get("largest_free", 0)))
             for k in ("best_share", "max_capacity"):
                 # Unknown in one part (an older zone): unknown for the whole.

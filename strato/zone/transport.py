@@ -28,7 +28,8 @@ import asyncio
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,7 +40,7 @@ import orjson
 
 from strato import logs, trace
 from strato.zone import wire
-from strato.zone.protocol import PATH_HEADER, ZONE_PROTOCOL, ZONE_URL_SCHEMES, zone_url
+from strato.zone.protocol import PATH_HEADER, ZONE_PROTOCOL, ZONE_URL_SCHEMES, is_loop, zone_url
 
 # Zone-to-zone messages carry the protocol version, so mixed-version trees can
 # tell. Answers are asked for uncompressed: their size is what is bounded.
@@ -54,8 +55,24 @@ MAX_REPLY_BYTES = wire.MAX_BODY_BYTES
 # (the background refresh, probes) start the path with its id
 # (ObservedTransport); registration with the parent, a call up, sends none.
 ZONE_PATH: ContextVar[tuple[str, ...]] = ContextVar("strato_zone_path", default=())
+# Set by `unrouted`: calls carry no path at all.
+_UNROUTED: ContextVar[bool] = ContextVar("strato_unrouted", default=False)
 # Distinct URLs whose syntax HttpTransport remembers having checked.
 _CHECKED_URLS = 1024
+
+
+@contextmanager
+def unrouted() -> Iterator[None]:
+    """Calls made inside carry no zone path, as a call up the tree does: a
+    look at a zone that is not (yet) below this one, which must not make the
+    zones it asks take this one for their caller (registration's look at a
+    would-be child, zone/tree.py: `closes_cycle`)."""
+    path, flag = ZONE_PATH.set(()), _UNROUTED.set(True)
+    try:
+        yield
+    finally:
+        _UNROUTED.reset(flag)
+        ZONE_PATH.reset(path)
 
 
 class Unreachable(Exception):
@@ -393,7 +410,8 @@ class InProcessTransport(_Traced):
 
 class ObservedTransport:
     """A zone's calls to its children, each timed and told to `report`
-    (url, seconds, outcome: ok, error for a 5xx answer, unreachable, malformed).
+    (url, seconds, outcome: ok, error for a 5xx answer, loop for a 508
+    strato.zone_loop, unreachable, malformed).
     A call made outside a request carries the path ``zone_id`` (this zone):
     in a cycle, the zone it comes back to can tell."""
 
@@ -411,12 +429,13 @@ class ObservedTransport:
                    json: Any = None, timeout: float, version: str | None = None) -> Reply:
         start = time.perf_counter()
         outcome = "unreachable"
-        started = (ZONE_PATH.set((self.zone_id,)) if self.zone_id and not ZONE_PATH.get()
-                   else None)
+        started = (ZONE_PATH.set((self.zone_id,))
+                   if self.zone_id and not ZONE_PATH.get() and not _UNROUTED.get() else None)
         try:
             reply = await self.inner.call(url, method, path, token=token, json=json,
                                           timeout=timeout, version=version)
-            outcome = "error" if reply.status >= 500 else "ok"
+            outcome = ("loop" if is_loop(reply.status, reply.body)
+                       else "error" if reply.status >= 500 else "ok")
             return reply
         except Malformed:
             outcome = "malformed"

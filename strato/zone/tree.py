@@ -64,7 +64,7 @@ from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_i
 from strato.zone.failures import FailureMemory, Refusal, shape_of
 from strato.zone.prune import predicted_fit, prune_reason, static_reason
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
-from strato.zone.transport import Malformed, ObservedTransport, Transport, Unreachable
+from strato.zone.transport import Malformed, ObservedTransport, Transport, Unreachable, unrouted
 
 log = logging.getLogger("strato.zone")
 T = TypeVar("T")
@@ -160,6 +160,8 @@ class ZoneTree:
     provider_zones: subtree.Owners = field(default_factory=subtree.Owners)
     _kids: tuple[float, list[Child]] | None = None
     _own: tuple[float, bool] | None = None
+    # The children the last summary merged as overlapping (warned once).
+    _overlaps: list[str] = field(default_factory=list)
     # Children with requests in doubt (None: not read from the store yet).
     _doubtful: set[str] | None = None
     _reconciling: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -327,6 +329,29 @@ class ZoneTree:
         except Unreachable:
             return False
         return protocol.is_loop(reply.status, reply.body)
+
+    async def closes_cycle(self, url: str, token: str | None) -> bool:
+        """Whether the summary of the zone at `url` counts this zone (its
+        `zone_ids`): this zone is in its subtree already, and registering it
+        as a child would close a cycle. False when it cannot be asked.
+
+        Asked without a zone path (`unrouted`), as a zone not below this one:
+        with this zone's id on the call, a zone on the way whose background
+        refresh the call started would take its own child, whose summary
+        counts this zone, for a cycle, and quarantine a sound edge. Its
+        summary as cached along the way: a fresh one would do the same."""
+        with unrouted():
+            try:
+                reply = await self.transport.call(url, "GET", "/strato/v1/summary",
+                                                  token=token, timeout=PROBE_TIMEOUT_S)
+            except Unreachable:
+                return False
+        if reply.status != 200 or not isinstance(reply.body, dict):
+            return False
+        try:
+            return self._covers_this_zone(protocol.read_summary(reply.body))
+        except protocol.Faulty:
+            return False
 
     def _refresh_one(self, child: Child) -> asyncio.Task[Any]:
         """One fetch per child at a time: a slow child never holds up the others."""
@@ -636,6 +661,10 @@ class ZoneTree:
         child_rows = []
         unreachable: list[str] = []
         loops: list[str] = []  # those of `unreachable` left out as a cycle's
+        # Children whose summaries count a zone counted already (a diamond):
+        # merged as maxima, not sums (summaries.merge).
+        overlaps: list[str] = []
+        overlapping: list[dict[str, Any]] = []
         # The zones counted, each once (a zone whose summary counts this one
         # is never cached: fetch_summary).
         ids = [self.zone_id]
@@ -651,9 +680,13 @@ class ZoneTree:
                         f"for it ({protocol.PATH_HEADER}), through its child {c.name!r}: the "
                         "zone tree has a cycle; remove one of the child registrations on it "
                         f"(here: DELETE /strato/v1/children/{c.name})")
+                if seen.isdisjoint(below_ids):
+                    parts.append(cached.body)
+                else:
+                    overlaps.append(c.name)
+                    overlapping.append(cached.body)
                 ids += [z for z in below_ids if z not in seen]
                 seen.update(below_ids)
-                parts.append(cached.body)
                 for key, into in (("unreachable", unreachable), ("loops", loops)):
                     below = cached.body.get(key)
                     if isinstance(below, list):
@@ -665,14 +698,19 @@ class ZoneTree:
             child_rows.append({"name": c.name, "healthy": h.healthy,
                                "age_s": None if cached is None
                                else round(time.monotonic() - cached.fetched, 3)})
-        merged = summaries.merge(parts)
+        if overlaps and overlaps != self._overlaps:
+            log.warning("children %s count zones counted through another child (a zone "
+                        "registered under two of them): their capacity is not added up in "
+                        "this zone's summary, only its largest figures", ", ".join(overlaps))
+        self._overlaps = overlaps
+        merged = summaries.merge(parts, overlapping)
         # Zones below that could not be asked: a parent must not take "too
         # small" from this summary for a definite "no" while they are away.
         return {"zone": self.config.name, "location_prefix": self.config.location_prefix,
                 "tags": list(self.config.tags), "health": "ok", "as_of": summaries.now_iso(),
                 **merged, "children": child_rows,
                 "unreachable": unreachable[:MAX_UNREACHABLE], "loops": loops[:MAX_UNREACHABLE],
-                "zone_ids": ids[:protocol.MAX_ZONE_IDS]}
+                "overlaps": overlaps[:MAX_UNREACHABLE], "zone_ids": ids[:protocol.MAX_ZONE_IDS]}
 
     # -- scheduling ----------------------------------------------------------------------
 

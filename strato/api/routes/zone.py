@@ -190,6 +190,15 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
     tree = tree_of(request)
     _callable_here(tree, body.url)
     await _not_this_zone(request, tree, body)
+    if await tree.closes_cycle(body.url, body.credential):
+        raise errors.Conflict(
+            f"url: zone {body.name!r} at {body.url} has this zone ({tree.config.name!r}) in "
+            f"its subtree already (its summary counts it): as a child of "
+            f"{tree.config.name!r} it would close the cycle {tree.config.name} -> "
+            f"{body.name} -> ... -> {tree.config.name}. To make it a child, "
+            f"remove the registration that puts {tree.config.name!r} below {body.name!r} "
+            "first (DELETE /strato/v1/children/{name} at its parent), or register "
+            f"{body.name!r} elsewhere", errors.ZONE_LOOP)
     identity = None if body.identity is None else hashlib.sha256(
         body.identity.encode()).hexdigest()
 
