@@ -26,7 +26,7 @@ from strato.api import openapi
 from strato.api.audit import AuditLog
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth, WithZoneTokens
 from strato.api.below import ProvidersBelow
-from strato.api.body import FiniteJson
+from strato.api.body import MAX_DESCRIBED, FiniteJson, more_errors
 from strato.api.cors import CorsMiddleware, CorsPolicy
 from strato.api.fast import FastCandidates, FastSchedule
 from strato.api.metrics import HttpMetrics, Metrics
@@ -211,8 +211,11 @@ def create_app(settings: Settings, *, db: Database | None = None,
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        return error_response(400, "Bad Request", "; ".join(parts), errors.DEFAULT,
+        errs = exc.errors()
+        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                 for e in errs[:MAX_DESCRIBED]]
+        return error_response(400, "Bad Request",
+                              "; ".join(parts) + more_errors(len(errs), len(parts)), errors.DEFAULT,
                               _rid(request))
 
     @app.exception_handler(DataError)

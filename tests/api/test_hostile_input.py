@@ -253,3 +253,52 @@ def test_claim_messages_take_consumer_uuids_only(client: TestClient, route: str)
     assert r.status_code == 400, r.text
     assert "consumers" in r.json()["errors"][0]["detail"]
     assert "not-a-uuid" not in r.json()["errors"][0]["detail"]
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/resource_providers", {"name": "h1", **{f"k{i}": i for i in range(50_000)}}),
+    ("/allocations", {str(uuid.uuid4()): {
+        "project_id": "p", "user_id": "u", "consumer_generation": None, "consumer_type": "X",
+        "allocations": {str(uuid.UUID(int=i)): {"resources": "x"} for i in range(1, 20_000)}}}),
+    ("/strato/v1/schedule", {"consumers": [], "project_id": "p", "user_id": "u", "groups": [],
+                             **{f"k{i}": i for i in range(50_000)}}),
+    ("/strato/v1/claims", {"path": [], "project_id": "p", "user_id": "u", "placements": [
+        {"consumer_uuid": str(uuid.uuid4()),
+         "allocations": {str(i): {"resources": "x"} for i in range(20_000)}}]}),
+    ("/strato/v1/children", {"name": "dfw", "url": "http://127.0.0.1:9",
+                             **{f"k{i}": i for i in range(50_000)}})])
+def test_a_body_with_many_faults_names_a_few_and_counts_the_rest(client: TestClient, path: str,
+                                                                 body: dict[str, Any]) -> None:
+    """A body of thousands of faults (unknown keys, bad consumers) is answered
+    with the first few and a count: not megabytes of detail, built while the
+    event loop waits."""
+    r = client.post(path, json=body)
+    assert r.status_code == 400, r.text[:300]
+    assert len(r.content) < 10_000, len(r.content)
+    detail = r.json()["errors"][0]["detail"]
+    assert "more" in detail, detail
+    assert client.get("/resource_providers").json()["resource_providers"] == []
+    assert client.get("/strato/v1/children").json()["children"] == []
+
+
+def test_a_few_faults_of_a_strato_body_are_each_named(client: TestClient) -> None:
+    r = client.post("/strato/v1/children", json={"name": "dfw", "url": "http://127.0.0.1:9",
+                                                 "k1": 1, "k2": 2})
+    assert r.status_code == 400, r.text
+    detail = r.json()["errors"][0]["detail"]
+    assert "body.k1" in detail and "body.k2" in detail and "more" not in detail
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/strato/v1/schedule", {"consumers": [], "project_id": "p", "user_id": "u", "groups": []}),
+    ("/strato/v1/children", {"name": "dfw", "url": "http://127.0.0.1:9"})])
+def test_a_strato_body_of_many_faults_is_refused_quickly(client: TestClient, path: str,
+                                                         body: dict[str, Any]) -> None:
+    """FastAPI made a Python object of each of 400,000 faults (over ten seconds
+    with the event loop held) before the answer named ten."""
+    hostile = {**body, **{f"k{i}": i for i in range(400_000)}}
+    t = time.monotonic()
+    r = client.post(path, json=hostile)
+    assert r.status_code == 400, r.text[:300]
+    assert time.monotonic() - t < 5
+    assert "more errors" in r.json()["errors"][0]["detail"]

@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps
+from strato.api.body import bounded_faults
 from strato.api.metrics import Metrics, result_of
 from strato.api.recent import Recent
 from strato.api.responses import REQUEST_ID_KEY, json_response, strato_error_response
@@ -75,7 +76,8 @@ async def schedule_response(tree: ZoneTree, body: ScheduleRequest, rid: str | No
             metrics.scheduled(result, time.perf_counter() - start, placed)
 
 
-@router.post("/schedule", response_model=ScheduleAnswer, responses=_ERRORS)
+@router.post("/schedule", response_model=ScheduleAnswer, responses=_ERRORS,
+             dependencies=[Depends(bounded_faults(ScheduleRequest))])
 async def create_schedule(request: Request, body: ScheduleRequest) -> Response:
     """Filter, weigh and claim: place every consumer (or none, when atomic), or explain
     why not. A repeated `request_id` returns the first answer and claims nothing."""
@@ -87,7 +89,8 @@ async def create_schedule(request: Request, body: ScheduleRequest) -> Response:
                                    request.app.state.metrics, request.app.state.recent)
 
 
-@router.post("/explain", response_model=ScheduleAnswer)
+@router.post("/explain", response_model=ScheduleAnswer,
+             dependencies=[Depends(bounded_faults(ScheduleRequest))])
 async def create_explain(request: Request, body: ScheduleRequest) -> Response:
     """A dry run that always explains what each stage removed; claims nothing."""
     deps.require_admin(request, "strato:schedule:explain")

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
 from strato.api import deps
+from strato.api.body import bounded_faults
 from strato.store import meta as store
 
 router = APIRouter(prefix="/strato/v1/providers", tags=["strato providers"])
@@ -87,7 +88,8 @@ def get_provider_meta(request: Request, uuid: str) -> MetaView:
     return _view(m, store.now_utc(), _window(request))
 
 
-@router.put("/{uuid}/meta", response_model=MetaView)
+@router.put("/{uuid}/meta", response_model=MetaView,
+            dependencies=[Depends(bounded_faults(MetaUpdate))])
 def update_provider_meta(request: Request, uuid: str, body: MetaUpdate) -> MetaView:
     deps.require_admin(request, "strato:providers:meta:update")
     with deps.db(request).write() as conn:

@@ -9,7 +9,7 @@ import uuid as uuidlib
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from strato.api import deps
 from strato.api.auth import REGISTRATION_ROLE
+from strato.api.body import bounded_faults
 from strato.api.responses import json_response
 from strato.model import errors
 from strato.model.location import LocationError, canonical_location, canonical_tags
@@ -171,7 +172,7 @@ async def list_children(request: Request) -> Response:
     return json_response({"children": [_view(tree, c, doubt) for c in kids]})
 
 
-@router.post("/children", status_code=201)
+@router.post("/children", status_code=201, dependencies=[Depends(bounded_faults(ChildSpec))])
 async def create_child(request: Request, body: ChildSpec) -> Response:
     """Add (201) or update (200) a child zone; its summary is fetched at once.
 
@@ -305,7 +306,7 @@ async def _forward(tree: ZoneTree, route: str, payload: dict[str, Any]) -> Respo
     return json_response(reply.body, reply.status)
 
 
-@router.post("/claims")
+@router.post("/claims", dependencies=[Depends(bounded_faults(ClaimRequest))])
 async def create_claim(request: Request, body: ClaimRequest) -> Response:
     """Claim the given placements at their owner: here if `path` is empty, else
     forwarded to the child `path[0]` (all or nothing; 409 if they no longer fit)."""
@@ -360,7 +361,7 @@ async def _owner_below(request: Request, tree: ZoneTree, body: ClaimRequest) -> 
     return owner.child.name
 
 
-@router.post("/claims/confirm")
+@router.post("/claims/confirm", dependencies=[Depends(bounded_faults(PendingRequest))])
 async def confirm_claims(request: Request, body: PendingRequest) -> Response:
     """Make held parts permanent (idempotent). 404 `strato.claim_expired` if any had
     expired and was released: the coordinator then undoes the other parts."""
@@ -379,7 +380,7 @@ async def confirm_claims(request: Request, body: PendingRequest) -> Response:
     return json_response({"confirmed": confirmed})
 
 
-@router.post("/claims/release")
+@router.post("/claims/release", dependencies=[Depends(bounded_faults(PendingRequest))])
 async def release_claims(request: Request, body: PendingRequest) -> Response:
     """Undo held parts now rather than at their expiry (permanent ones stay)."""
     deps.require_admin(request, "strato:claims:release")
@@ -398,7 +399,7 @@ class CancelRequest(BaseModel):
     request_id: str = Field(min_length=1, max_length=255, pattern=REQUEST_ID_PATTERN)
 
 
-@router.post("/requests/cancel")
+@router.post("/requests/cancel", dependencies=[Depends(bounded_faults(CancelRequest))])
 async def cancel_request(request: Request, body: CancelRequest) -> Response:
     """A parent lost the answer to `request_id` and placed it elsewhere: undo
     what the request placed in this zone's subtree, or refuse it if it arrives
