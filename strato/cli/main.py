@@ -9,6 +9,7 @@ import logging.config
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -534,6 +535,10 @@ def serve(
         console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
                       "URL (e.g. http://10.0.0.1:8780)")
         raise typer.Exit(2)
+    if port == 0 and parent is not None and not advertise_url:
+        console.print("[red]--port 0 with --parent needs --advertise-url[/]: the parent "
+                      "would be told to call this zone at port 0")
+        raise typer.Exit(2)
     _check_port(host, port)
     # Migrate once, before workers start, so they do not race on it.
     _lock_sqlite(url)
@@ -613,14 +618,15 @@ def serve(
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=GuardedHttp,
                                 limit_concurrency=limits.max_connections,
                                 **(tls.server_options() if tls else {}))
-    _listen_and_serve(server_config, f"strato serving on {scheme}://{host}:{port} "
-                              f"database={_redact(url)}")
+    _listen_and_serve(server_config, lambda bound: f"strato serving on {scheme}://{host}:"
+                      f"{bound} database={_redact(url)}")
 
 
-def _listen_and_serve(config: Any, serving: str) -> None:
+def _listen_and_serve(config: Any, serving: Callable[[int], str]) -> None:
     """Bind the address, say "serving" (only now: the port is ours and
-    listening), then serve, in one process or in config.workers (as
-    uvicorn.run does, with the announcement between the two)."""
+    listening; `serving` is given the bound port, the one --port 0 picked),
+    then serve, in one process or in config.workers (as uvicorn.run does,
+    with the announcement between the two)."""
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
@@ -629,7 +635,7 @@ def _listen_and_serve(config: Any, serving: str) -> None:
     server = uvicorn.Server(config=config)
     sock = config.bind_socket()
     sock.listen(config.backlog)  # connections queue from now on (served once started)
-    console.print(serving)
+    console.print(serving(sock.getsockname()[1]))
     try:
         if config.workers > 1:
             Multiprocess(config, sockets=[sock]).run()
