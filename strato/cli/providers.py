@@ -72,12 +72,11 @@ def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool
         r = httpx.get(f"{zone_url.rstrip('/')}/strato/v1/providers", params=params,
                       headers={"x-auth-token": token}, timeout=30)
     except httpx.HTTPError as exc:
-        typer.echo(f"strato providers: {hints.unreachable(zone_url, exc)}", err=True)
-        raise typer.Exit(1) from None
+        # Exit 3, as add, set and delete (and the module's doc) say.
+        err.print(f"[red]{hints.unreachable(zone_url, exc)}[/]", soft_wrap=True)
+        raise typer.Exit(3) from None
     if r.status_code != 200:
-        typer.echo(f"strato providers: HTTP {r.status_code}: {r.text[:300]}"
-                   f"{hints.refused(r.status_code)}", err=True)
-        raise typer.Exit(1)
+        _failed(r)
     body = r.json()
     console = consoles.console()
     if as_json:
