@@ -110,4 +110,5 @@ def summary(funnels: Sequence[tuple[str, Funnel]]) -> str:
     if not totals:
         return NO_PROVIDERS if all(f.seen == 0 for _, f in funnels) else NOTHING_FILTERED
     ranked = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
-    return ", ".join(f"{reason}: {count} providers" for reason, count in ranked[:6])
+    return ", ".join(f"{reason}: {count} provider{'' if count == 1 else 's'}"
+                     for reason, count in ranked[:6])

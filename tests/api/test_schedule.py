@@ -276,7 +276,7 @@ def test_a_zone_without_providers_says_so(client: TestClient) -> None:
         assert "this zone has no providers: add some" in detail, r.text
     host(client, "h", vcpu=2)
     r = client.post("/strato/v1/explain", json=req(1, vcpu=4))
-    assert "no providers" not in r.json()["detail"]
+    assert r.json()["explain"]["summary"] == "VCPU: short of 4: 1 provider"
 
 
 @pytest.mark.parametrize(("body", "needle"), [
