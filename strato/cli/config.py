@@ -161,7 +161,7 @@ config_app = typer.Typer(help="A zone's configuration file.", no_args_is_help=Tr
                          rich_markup_mode=None)
 
 
-@config_app.command("show")
+@config_app.command("show", short_help="Each serve setting: its value and where it came from.")
 def show(ctx: typer.Context,
          config: str = typer.Option(None, "--config", envvar=ENV,
                                     help="The TOML file (as strato serve --config)."),

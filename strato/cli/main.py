@@ -226,7 +226,7 @@ def _pg_create(url: str) -> None:
         engine.dispose()
 
 
-@app.command()
+@app.command(short_help="Run a zone server (one zone of a tree, or a zone alone).")
 def serve(
     config: str = typer.Option(None, "--config", envvar="STRATO_CONFIG",
                                help="A TOML file of these settings (named as the options "
@@ -722,7 +722,7 @@ def db_upgrade(
     database.dispose()
 
 
-@app.command()
+@app.command(short_help="A seven-zone tree on loopback: schedule a workload, show it.")
 def demo(
     providers: int = typer.Option(2000, help="Hosts, spread over the four cells."),
     requests: int = typer.Option(500, help="Schedule requests sent to the root."),
@@ -748,13 +748,18 @@ from strato.cli.schedule import schedule as _schedule_command  # noqa: E402
 from strato.cli.tree import tree as _tree_command  # noqa: E402
 from strato.sim.cli import sim as _sim_command  # noqa: E402
 
-app.command("agent")(_agent_command)
+# Short help for `strato --help`: each docstring's first sentence is cut there.
+app.command("agent", short_help="Report this host to a zone: inventory, location, "
+            "heartbeats.")(_agent_command)
 app.add_typer(_providers_app, name="providers")
-app.command("schedule")(_schedule_command)
-app.command("explain")(_explain_command)
-app.command("release")(_release_command)
-app.command("tree")(_tree_command)
-app.command("sim")(_sim_command)
+app.command("schedule", short_help="Place and claim consumers in one call.")(_schedule_command)
+app.command("explain", short_help="Where a request would go, and what each stage "
+            "removed.")(_explain_command)
+app.command("release", short_help="Release consumers: delete their allocations.")(
+    _release_command)
+app.command("tree", short_help="The zone tree: capacity, health, requests in "
+            "doubt.")(_tree_command)
+app.command("sim", short_help="Simulate a workload: Strato against baselines.")(_sim_command)
 app.add_typer(config_file.config_app, name="config")
 app.add_typer(_children_app, name="children")
 

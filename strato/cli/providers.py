@@ -51,7 +51,7 @@ def providers(
         _list(zone_url, token, stale, tag, as_json)
 
 
-@providers_app.command("list")
+@providers_app.command("list", short_help="List providers: location, tags, last report.")
 def list_providers(
     url: str = URL, token: str = TOKEN,
     stale: bool = typer.Option(False, "--stale", help="Only stale providers (silent agents)."),
@@ -357,7 +357,7 @@ def set_(provider: str = typer.Argument(..., help="Name or UUID."),
     _show(z, u, as_json, f"changed provider {rename or rp['name']} {u}")
 
 
-@providers_app.command("delete")
+@providers_app.command("delete", short_help="Delete a provider (409 while it is in use).")
 def delete(provider: str = typer.Argument(..., help="Name or UUID."),
            url: str = URL, token: str = TOKEN) -> None:
     """Delete a provider (refused with 409 while it has allocations or children)."""
