@@ -49,10 +49,10 @@ class AuthStrategy(Protocol):
     def authenticate(self, headers: dict[str, str]) -> Context: ...
 
 
-def _token(headers: dict[str, str]) -> str:
+def _token(headers: dict[str, str], hint: str = "") -> str:
     token = headers.get("x-auth-token")
     if not token:
-        raise Unauthorized("Authentication required: send an X-Auth-Token header")
+        raise Unauthorized("Authentication required: send an X-Auth-Token header" + hint)
     return token
 
 
@@ -79,8 +79,12 @@ class TokenAuth:
 class NoAuth:
     """Development mode, compatible with Placement's noauth2 middleware."""
 
+    # What a first `curl` without a token is told: the README's development token.
+    HINT = (" (development mode: 'X-Auth-Token: admin' is an admin; 'user:project' gets "
+            "the roles in X-Roles)")
+
     def authenticate(self, headers: dict[str, str]) -> Context:
-        token = _token(headers)
+        token = _token(headers, self.HINT)
         user, _, project = token.partition(":")
         if headers.get("openstack-system-scope"):
             roles = _roles(headers) | (frozenset({"admin"}) if user == "admin" else frozenset())

@@ -18,14 +18,16 @@ from strato.model import errors
 M = TypeVar("M", bound=BaseModel)
 
 
+def unsupported_media(media: str) -> str:
+    return f"The media type {media or 'None'} is not supported, use application/json"
+
+
 async def read_json(request: Request) -> Any:
     """The request's JSON document; 415 without a JSON content type, 400 if malformed."""
     ctype = request.headers.get("content-type", "")
     media = ctype.split(";")[0].strip().lower()
     if media != "application/json":
-        shown = media or "None"
-        raise errors.UnsupportedMediaType(
-            f"The media type {shown} is not supported, use application/json")
+        raise errors.UnsupportedMediaType(unsupported_media(media))
     raw = await request.body()
     if not raw:
         raise errors.BadRequest("Malformed JSON: the request body is empty")
@@ -61,10 +63,23 @@ def non_finite(raw: bytes) -> str | None:
     return None
 
 
+def _media(scope: Scope) -> str:
+    raw = next((v for k, v in scope["headers"] if k.lower() == b"content-type"), b"")
+    return raw.decode("latin-1").split(";")[0].strip().lower()
+
+
+def _is_json(media: str) -> bool:
+    """What FastAPI's routes read as JSON: no content type, or application/json or +json."""
+    return not media or media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json"))
+
+
 class FiniteJson:
     """A /strato/v1 body with a bare NaN or Infinity is a 400 before any route
     reads it (FastAPI's routes parse with Python's json module, which takes
-    them; range checks would catch most, worded as a range)."""
+    them; range checks would catch most, worded as a range). A body sent as
+    another media type (`curl -d` sends a form's) is a 415 saying to send
+    JSON, as on the Placement routes, not a 400 about a missing object."""
 
     PREFIX = "/strato/v1/"
 
@@ -77,18 +92,22 @@ class FiniteJson:
             await self.app(scope, receive, send)
             return
         body, cut = await read_body(receive)
+        media = _media(scope)
         token = None if cut is not None else non_finite(body)
-        if token is not None:
-            rid = scope.get(REQUEST_ID_KEY)
-            accept = next((v.decode("latin-1") for k, v in scope["headers"]
-                           if k.lower() == b"accept"), None)
-            response = error_response(
-                400, "Bad Request", f"Malformed JSON: {token} is not a JSON value (numbers "
-                "are finite)", errors.DEFAULT, rid if isinstance(rid, str) else None,
-                accept=accept)
-            await response(scope, receive, send)
+        if body and cut is None and not _is_json(media):
+            status, title, detail = 415, "Unsupported Media Type", unsupported_media(media)
+        elif token is not None:
+            status, title = 400, "Bad Request"
+            detail = f"Malformed JSON: {token} is not a JSON value (numbers are finite)"
+        else:
+            await self.app(scope, replay_body(body, receive, cut), send)
             return
-        await self.app(scope, replay_body(body, receive, cut), send)
+        rid = scope.get(REQUEST_ID_KEY)
+        accept = next((v.decode("latin-1") for k, v in scope["headers"]
+                       if k.lower() == b"accept"), None)
+        response = error_response(status, title, detail, errors.DEFAULT,
+                                  rid if isinstance(rid, str) else None, accept=accept)
+        await response(scope, receive, send)
 
 
 def validate(model: type[M], data: Any) -> M:

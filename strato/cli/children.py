@@ -84,7 +84,7 @@ def add_child(name: str = typer.Argument(..., help="The child zone's name."),
                     f"({child_url})")
 
 
-@children_app.command("remove")
+@children_app.command("remove", short_help="Take a child zone out of the tree.")
 def remove_child(name: str = typer.Argument(..., help="The child zone's name."),
                  url: str = URL, token: str = TOKEN) -> None:
     """Take a child zone out of the tree (its own data stays where it is)."""

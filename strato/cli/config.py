@@ -21,6 +21,7 @@ masked.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -77,7 +78,9 @@ def load(path: Path, command: Command) -> dict[str, Any]:
         name = key.replace("-", "_")
         param = params.get(name)
         if param is None or name == "config":
-            raise ConfigError(f"{path}: unknown setting {key!r} (the settings are "
+            close = difflib.get_close_matches(name, [n for n in params if n != "config"], 1)
+            hint = f"did you mean {close[0].replace('_', '-')!r}? " if close else ""
+            raise ConfigError(f"{path}: unknown setting {key!r} ({hint}the settings are "
                               "strato serve's options: strato serve --help)")
         if param.multiple and not isinstance(value, list):
             value = [value]
@@ -158,7 +161,7 @@ config_app = typer.Typer(help="A zone's configuration file.", no_args_is_help=Tr
                          rich_markup_mode=None)
 
 
-@config_app.command("show")
+@config_app.command("show", short_help="Each serve setting: its value and where it came from.")
 def show(ctx: typer.Context,
          config: str = typer.Option(None, "--config", envvar=ENV,
                                     help="The TOML file (as strato serve --config)."),

@@ -9,6 +9,7 @@ import logging.config
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +226,7 @@ def _pg_create(url: str) -> None:
         engine.dispose()
 
 
-@app.command()
+@app.command(short_help="Run a zone server (one zone of a tree, or a zone alone).")
 def serve(
     config: str = typer.Option(None, "--config", envvar="STRATO_CONFIG",
                                help="A TOML file of these settings (named as the options "
@@ -534,6 +535,10 @@ def serve(
         console.print(f"[red]invalid --parent[/]: {parent!r} is not an http:// or https:// "
                       "URL (e.g. http://10.0.0.1:8780)")
         raise typer.Exit(2)
+    if port == 0 and parent is not None and not advertise_url:
+        console.print("[red]--port 0 with --parent needs --advertise-url[/]: the parent "
+                      "would be told to call this zone at port 0")
+        raise typer.Exit(2)
     _check_port(host, port)
     # Migrate once, before workers start, so they do not race on it.
     _lock_sqlite(url)
@@ -613,14 +618,15 @@ def serve(
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=GuardedHttp,
                                 limit_concurrency=limits.max_connections,
                                 **(tls.server_options() if tls else {}))
-    _listen_and_serve(server_config, f"strato serving on {scheme}://{host}:{port} "
-                              f"database={_redact(url)}")
+    _listen_and_serve(server_config, lambda bound: f"strato serving on {scheme}://{host}:"
+                      f"{bound} database={_redact(url)}")
 
 
-def _listen_and_serve(config: Any, serving: str) -> None:
+def _listen_and_serve(config: Any, serving: Callable[[int], str]) -> None:
     """Bind the address, say "serving" (only now: the port is ours and
-    listening), then serve, in one process or in config.workers (as
-    uvicorn.run does, with the announcement between the two)."""
+    listening; `serving` is given the bound port, the one --port 0 picked),
+    then serve, in one process or in config.workers (as uvicorn.run does,
+    with the announcement between the two)."""
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
@@ -629,7 +635,7 @@ def _listen_and_serve(config: Any, serving: str) -> None:
     server = uvicorn.Server(config=config)
     sock = config.bind_socket()
     sock.listen(config.backlog)  # connections queue from now on (served once started)
-    console.print(serving)
+    console.print(serving(sock.getsockname()[1]))
     try:
         if config.workers > 1:
             Multiprocess(config, sockets=[sock]).run()
@@ -716,7 +722,7 @@ def db_upgrade(
     database.dispose()
 
 
-@app.command()
+@app.command(short_help="A seven-zone tree on loopback: schedule a workload, show it.")
 def demo(
     providers: int = typer.Option(2000, help="Hosts, spread over the four cells."),
     requests: int = typer.Option(500, help="Schedule requests sent to the root."),
@@ -742,13 +748,18 @@ from strato.cli.schedule import schedule as _schedule_command  # noqa: E402
 from strato.cli.tree import tree as _tree_command  # noqa: E402
 from strato.sim.cli import sim as _sim_command  # noqa: E402
 
-app.command("agent")(_agent_command)
+# Short help for `strato --help`: each docstring's first sentence is cut there.
+app.command("agent", short_help="Report this host to a zone: inventory, location, "
+            "heartbeats.")(_agent_command)
 app.add_typer(_providers_app, name="providers")
-app.command("schedule")(_schedule_command)
-app.command("explain")(_explain_command)
-app.command("release")(_release_command)
-app.command("tree")(_tree_command)
-app.command("sim")(_sim_command)
+app.command("schedule", short_help="Place and claim consumers in one call.")(_schedule_command)
+app.command("explain", short_help="Where a request would go, and what each stage "
+            "removed.")(_explain_command)
+app.command("release", short_help="Release consumers: delete their allocations.")(
+    _release_command)
+app.command("tree", short_help="The zone tree: capacity, health, requests in "
+            "doubt.")(_tree_command)
+app.command("sim", short_help="Simulate a workload: Strato against baselines.")(_sim_command)
 app.add_typer(config_file.config_app, name="config")
 app.add_typer(_children_app, name="children")
 

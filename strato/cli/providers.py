@@ -51,7 +51,7 @@ def providers(
         _list(zone_url, token, stale, tag, as_json)
 
 
-@providers_app.command("list")
+@providers_app.command("list", short_help="List providers: location, tags, last report.")
 def list_providers(
     url: str = URL, token: str = TOKEN,
     stale: bool = typer.Option(False, "--stale", help="Only stale providers (silent agents)."),
@@ -72,12 +72,11 @@ def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool
         r = httpx.get(f"{zone_url.rstrip('/')}/strato/v1/providers", params=params,
                       headers={"x-auth-token": token}, timeout=30)
     except httpx.HTTPError as exc:
-        typer.echo(f"strato providers: {hints.unreachable(zone_url, exc)}", err=True)
-        raise typer.Exit(1) from None
+        # Exit 3, as add, set and delete (and the module's doc) say.
+        err.print(f"[red]{hints.unreachable(zone_url, exc)}[/]", soft_wrap=True)
+        raise typer.Exit(3) from None
     if r.status_code != 200:
-        typer.echo(f"strato providers: HTTP {r.status_code}: {r.text[:300]}"
-                   f"{hints.refused(r.status_code)}", err=True)
-        raise typer.Exit(1)
+        _failed(r)
     body = r.json()
     console = consoles.console()
     if as_json:
@@ -390,7 +389,7 @@ def set_(provider: str = typer.Argument(..., help="Name or UUID."),
     _show(z, u, as_json, f"changed provider {rename or rp['name']} {u}")
 
 
-@providers_app.command("delete")
+@providers_app.command("delete", short_help="Delete a provider (409 while it is in use).")
 def delete(provider: str = typer.Argument(..., help="Name or UUID."),
            url: str = URL, token: str = TOKEN) -> None:
     """Delete a provider (refused with 409 while it has allocations or children)."""

@@ -87,7 +87,8 @@ def render(url: str, token: str, *, depth: int = 8, timeout: float = 5.0
     with httpx.Client(headers=headers, timeout=timeout) as client:
         top = _get(client, url, "/strato/v1/summary?fresh=true")
         root = Tree(f"[bold]{top.get('zone', url)}[/] {top.get('location_prefix') or ''} "
-                    f"({top.get('providers', 0):,} providers below)")
+                    f"({top.get('providers', 0):,} provider"
+                    f"{'' if top.get('providers') == 1 else 's'} below)")
         _walk(client, url, root, depth, state)
     return root, state
 

@@ -96,6 +96,9 @@ def zone_cuts(index: ProviderIndex, stale_rows: BoolArray, rules: Sequence[RuleM
 
 
 NOTHING_FILTERED = "every provider passed the filters"
+# Said when there was nothing to filter: a new zone, before any host was added.
+NO_PROVIDERS = ("this zone has no providers: add some (strato providers add, strato agent, "
+                "or POST /resource_providers)")
 
 
 def summary(funnels: Sequence[tuple[str, Funnel]]) -> str:
@@ -105,6 +108,7 @@ def summary(funnels: Sequence[tuple[str, Funnel]]) -> str:
         for _, reason, count in f.stages:
             totals[reason] = totals.get(reason, 0) + count
     if not totals:
-        return NOTHING_FILTERED
+        return NO_PROVIDERS if all(f.seen == 0 for _, f in funnels) else NOTHING_FILTERED
     ranked = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
-    return ", ".join(f"{reason}: {count} providers" for reason, count in ranked[:6])
+    return ", ".join(f"{reason}: {count} provider{'' if count == 1 else 's'}"
+                     for reason, count in ranked[:6])

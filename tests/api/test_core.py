@@ -67,7 +67,18 @@ def test_configured_token(sqlite_database: Database) -> None:
                      ).status_code == 401
         assert c.get("/resource_providers", headers={"x-auth-token": "s3cret"}
                      ).status_code == 200
-        assert c.get("/resource_providers").status_code == 401
+        r = c.get("/resource_providers")
+        assert r.status_code == 401
+        # A configured token is not given away: no development-mode hint.
+        assert "admin" not in r.json()["errors"][0]["detail"]
+
+
+def test_development_mode_says_which_token_to_send(sqlite_database: Database) -> None:
+    app = create_app(Settings(db_url=sqlite_database.url), db=sqlite_database, migrate=False)
+    with TestClient(app) as c:
+        r = c.get("/resource_providers")
+        assert r.status_code == 401
+        assert "'X-Auth-Token: admin'" in r.json()["errors"][0]["detail"]
 
 
 def test_nul_bytes_are_never_a_500(any_client: TestClient) -> None:

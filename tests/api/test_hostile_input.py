@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from fastapi.testclient import TestClient
 
@@ -174,6 +175,23 @@ def test_a_bare_nan_or_infinity_is_malformed_json(client: TestClient, path: str,
         "groups": [{"resources": {"VCPU": 1}}], "dry_run": True})
     assert r.status_code == 409, r.text
     assert r.json()["errors"][0]["code"] == "strato.no_valid_placement"
+
+
+@pytest.mark.parametrize("ctype", ["application/x-www-form-urlencoded", "text/plain"])
+def test_a_strato_body_sent_as_another_media_type_is_415(client: TestClient,
+                                                         ctype: str) -> None:
+    # `curl -d '{...}'` sends a form's media type: the answer says to send JSON,
+    # as on the Placement routes, not that an object is missing.
+    body = orjson.dumps({"consumers": [str(uuid.uuid4())], "project_id": "p",
+                         "user_id": "u", "groups": [{"resources": {"VCPU": 1}}]})
+    for path in ("/strato/v1/schedule", "/resource_providers"):
+        r = client.post(path, content=body, headers={"content-type": ctype})
+        assert r.status_code == 415, (path, r.text)
+        assert r.json()["errors"][0]["detail"] == (
+            f"The media type {ctype} is not supported, use application/json")
+    r = client.post("/strato/v1/explain", content=body,
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
 
 
 # Not where a zone can be called: a port out of range, a broken IPv6 address,

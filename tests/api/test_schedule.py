@@ -268,6 +268,17 @@ def test_explain_when_nothing_fits(client: TestClient) -> None:
     assert r.json()["placements"] == [] and "VCPU: short of 4" in r.json()["detail"]
 
 
+def test_a_zone_without_providers_says_so(client: TestClient) -> None:
+    # Not "every provider passed the filters": there were none to filter.
+    for path in ("/strato/v1/explain", "/strato/v1/schedule"):
+        r = client.post(path, json=req(1))
+        detail = r.json()["detail"] if r.status_code == 200 else r.json()["errors"][0]["detail"]
+        assert "this zone has no providers: add some" in detail, r.text
+    host(client, "h", vcpu=2)
+    r = client.post("/strato/v1/explain", json=req(1, vcpu=4))
+    assert r.json()["explain"]["summary"] == "VCPU: short of 4: 1 provider"
+
+
 @pytest.mark.parametrize(("body", "needle"), [
     (req(1, groups=[{"resources": {"CUSTOM_NOPE": 1}}]), "CUSTOM_NOPE"),
     (req(1, groups=[{"resources": {"VCPU": 1}, "required": ["CUSTOM_NOPE"]}]), "CUSTOM_NOPE"),

@@ -47,7 +47,8 @@ def test_show_says_where_each_setting_comes_from(tmp_path: Path) -> None:
 
 def test_a_bad_file_is_one_line_naming_the_setting(tmp_path: Path) -> None:
     f = tmp_path / "zone.toml"
-    for text, why in [('zone = "a"\nchild_timout = 3\n', "unknown setting 'child_timout'"),
+    for text, why in [('zone = "a"\nchild_timout = 3\n',
+                       "unknown setting 'child_timout' (did you mean 'child-timeout'?"),
                       ('port = "eighty"\n', "port: an integer"),
                       ('access-log = "yes"\n', "access-log: true or false"),
                       ('zone = "a\n', "not valid TOML")]:

@@ -29,3 +29,11 @@ def test_every_option_is_named_in_full_at_80_columns(command: str) -> None:
             assert name in text.split() or f"{name}," in text.split(), (command, name)
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("group", [(), ("providers",), ("children",), ("config",), ("db",)])
+def test_command_lists_are_not_cut_at_80_columns(group: tuple[str, ...]) -> None:
+    # Click cuts a long first sentence with "...": each command says what it
+    # does in full in `strato --help`.
+    listed = _help(*group).split("Commands:", 1)[1]
+    assert "..." not in listed, listed

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from strato.process import free_port
 from tests.e2e.test_zone_split import cells  # noqa: F401 (the fixture)
 from tests.helpers import api
 from tests.helpers.server import ServerProcess
@@ -140,3 +141,13 @@ def test_inventory_flags_take_equals_or_colon() -> None:
     assert _inventory_changes(["VCPU:16,MEMORY_MB=65536"], ["memory_mb:512"], ["VCPU:4"]) == {
         "VCPU": {"total": 16, "allocation_ratio": 4.0},
         "MEMORY_MB": {"total": 65536, "reserved": 512}}
+
+
+def test_listing_an_unreachable_zone_is_exit_3() -> None:
+    # As add, set and delete: 3 means the zone could not be reached (retry).
+    url = f"http://127.0.0.1:{free_port()}"
+    for args in (("providers", "--url", url), ("providers", "list", "--url", url),
+                 ("providers", "delete", "h1", "--url", url)):
+        r = strato(*args)
+        assert r.returncode == 3, (args, r.stdout, r.stderr)
+        assert "could not be reached" in r.stderr and "Traceback" not in r.stderr

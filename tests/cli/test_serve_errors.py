@@ -112,6 +112,28 @@ def test_serving_is_said_once_the_port_listens(tmp_path: Path) -> None:
         proc.wait(30)
 
 
+def test_port_0_says_the_port_it_picked(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "strato.cli.main", "serve", "--port", "0",
+                             "--db", f"sqlite:///{tmp_path / 'z.db'}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    try:
+        assert proc.stdout is not None
+        line = next(ln for ln in proc.stdout if "serving on" in ln)
+        port = int(line.split("http://127.0.0.1:")[1].split()[0])
+        assert port != 0
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    # A parent could not call back a zone whose port it is not told.
+    r = subprocess.run([sys.executable, "-m", "strato.cli.main", "serve", "--port", "0",
+                        "--db", f"sqlite:///{tmp_path / 'y.db'}", "--parent",
+                        "http://127.0.0.1:9"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--advertise-url" in one_line(r)
+
+
 def test_bad_security_options_end_in_one_line(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'z.db'}"
     for args, words in (
