@@ -6,8 +6,9 @@ than this client); this module only turns flags into the wire format of
 `strato.model.schedule.ScheduleRequest` and prints the answer.
 
 Exit codes: 0 placed (or, for `explain`, would place); 1 nothing fits
-(`strato.no_valid_placement`) or another refusal or an unreachable server;
-2 the request is invalid (a 400, or flags/file this command cannot read).
+(`strato.no_valid_placement`) or another refusal; 2 the request is invalid
+(a 400, or flags/file this command cannot read); 3 the zone could not be
+reached (as every other command says it).
 """
 
 from __future__ import annotations
@@ -363,7 +364,7 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
             names = host_names(c, r.json()) if ok and not as_json else {}
     except httpx.HTTPError as exc:
         err.print(f"[red]{hints.unreachable(url, exc)}[/]", soft_wrap=True)
-        return 1
+        return 3
     if as_json:
         try:
             out.print_json(data=r.json())
@@ -461,7 +462,7 @@ def schedule(
     """Place and claim consumers in one call (POST /strato/v1/schedule).
 
     Exit 0 when placed, 1 when nothing fits (the explanation is printed), 2 when
-    the request is invalid.
+    the request is invalid, 3 when the zone cannot be reached.
     """
     inp = _inputs(file=file, resources=resources, count=count, consumers=consumer,
                   project_id=project_id, user_id=user_id, consumer_type=consumer_type,
@@ -489,7 +490,8 @@ def explain(
     """Explain where a request would go and what each stage removed
     (POST /strato/v1/explain: a dry run, nothing is claimed).
 
-    Exit 0 when it would be placed, 1 when nothing fits, 2 when it is invalid.
+    Exit 0 when it would be placed, 1 when nothing fits, 2 when it is invalid, 3
+    when the zone cannot be reached.
     """
     inp = _inputs(file=file, resources=resources, count=count, consumers=consumer,
                   project_id=project_id, user_id=user_id, consumer_type=consumer_type,

@@ -372,3 +372,11 @@ def test_explain_leads_with_why_nothing_fits(in_process: TestClient,
     assert lines[tally] == ("0 of 1 consumer(s) would be placed; not placed: "
                             "c0ffee00-0000-4000-8000-000000000001"), lines[tally]
     assert "unplaced" not in result.output
+
+
+def test_a_zone_that_cannot_be_reached_exits_3_as_for_every_command() -> None:
+    """Not 1: a script must tell "nothing fits" from "no zone to ask"."""
+    for command in ("schedule", "explain"):
+        result = invoke(command, "-r", "VCPU:1", "--url", "http://127.0.0.1:1")
+        assert result.exit_code == 3, (command, result.output)
+        assert "could not be reached" in result.output, result.output
