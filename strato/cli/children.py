@@ -82,6 +82,14 @@ def add_child(name: str = typer.Argument(..., help="The child zone's name."),
         _failed(r)
     consoles.console().print(f"{'added' if r.status_code == 201 else 'updated'} child {name} "
                     f"({child_url})")
+    health = r.json().get("health") or {}
+    if health.get("healthy") is False:
+        # Registered all the same (it may be starting): said, not refused.
+        why = health.get("last_error") or "no answer"
+        consoles.console(stderr=True).print(
+            f"[yellow]warning[/]: zone {name} did not answer at {child_url} ({why}); it is "
+            "registered, and used once a probe reaches it (strato children list shows "
+            "its health)", soft_wrap=True)
 
 
 @children_app.command("remove", short_help="Take a child zone out of the tree.")

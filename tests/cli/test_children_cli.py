@@ -30,6 +30,12 @@ def test_children_by_hand(tmp_path: Path) -> None:
             out = strato("children", "list", "--url", root.url)
             return out.returncode == 0 and "dfw" in out.stdout and "healthy" in out.stdout
         wait_for(listed)
+        r = strato("children", "add", "ord", "http://127.0.0.1:1", "--url", root.url)
+        assert r.returncode == 0 and "added child ord" in r.stdout, r.stdout + r.stderr
+        assert "warning" in r.stderr and "did not answer" in r.stderr, r.stderr
+        assert "warning" not in strato("children", "add", "dfw", dfw.url, "--location-prefix",
+                                       "dfw", "--url", root.url).stderr
+        assert strato("children", "remove", "ord", "--url", root.url).returncode == 0
         r = strato("children", "add", "x y", "http://127.0.0.1:1", "--url", root.url)
         assert r.returncode == 1 and "HTTP 400" in r.stderr, r.stderr
         r = strato("children", "remove", "dfw", "--url", root.url)
