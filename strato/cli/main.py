@@ -715,6 +715,9 @@ def db_upgrade(
     from strato.store.migrate import current_revision, head_revision, upgrade
 
     url = _db_url(db, data_dir)
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        # As `serve` makes it: the children's credentials live there.
+        _owner_only(Path(url[len("sqlite:///"):]).expanduser().resolve())
     database = Database(url)
     before = current_revision(database)
     upgrade(database)

@@ -5,6 +5,8 @@ whose candidates explode, while other clients are still answered."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -210,3 +212,13 @@ def test_the_database_is_readable_by_its_owner_only(tmp_path: Path) -> None:
         api.make_provider(c, "h", {"VCPU": {"total": 4}})
         for p in tmp_path.glob("old.db*"):
             assert p.stat().st_mode & 0o077 == 0, (p, oct(p.stat().st_mode))
+
+
+def test_db_upgrade_makes_the_database_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """As `serve` would: it was 0644 until the first `serve`."""
+    path = tmp_path / "new.db"
+    r = subprocess.run([sys.executable, "-m", "strato.cli.main", "db", "upgrade", "--db",
+                        f"sqlite:///{path}"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for p in tmp_path.glob("new.db*"):
+        assert p.stat().st_mode & 0o077 == 0, (p, oct(p.stat().st_mode))
