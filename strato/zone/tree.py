@@ -703,7 +703,11 @@ class ZoneTree:
                         "registered under two of them): their capacity is not added up in "
                         "this zone's summary, only its largest figures", ", ".join(overlaps))
         self._overlaps = overlaps
-        merged = summaries.merge(parts, overlapping)
+        # This zone's own providers are never counted by a child (that child
+        # would be in a cycle, and not cached): only the children's figures
+        # are bounded by an overlapping child's.
+        merged = (summaries.merge([own, summaries.merge(parts[1:], overlapping)])
+                  if overlapping else summaries.merge(parts))
         # Zones below that could not be asked: a parent must not take "too
         # small" from this summary for a definite "no" while they are away.
         return {"zone": self.config.name, "location_prefix": self.config.location_prefix,

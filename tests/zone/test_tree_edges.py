@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
+from strato.zone import summary as summaries
 from strato.zone.inprocess import InProcessTree, ZoneSpec
 from tests.zone.test_loops import _background_rounds, _host, run
 
@@ -159,3 +161,42 @@ def test_a_schedule_refused_by_a_cycle_is_counted_as_a_loop(tmp_path: Path) -> N
         assert value(text["b"], "strato_child_call_duration_seconds_count", child="a",
                      outcome="error") == 0
     run(tmp_path, ["a", "b"], scenario)
+
+
+def _pool(providers: int, capacity: int, used: int) -> dict[str, Any]:
+    return {"providers": providers, "freed": 0, "traits": [], "tags_present": [],
+            "classes": {"VCPU": {"capacity": capacity, "used": used,
+                                 "largest_free": capacity - used, "best_share": 0.0,
+                                 "max_capacity": capacity}}}
+
+
+def test_own_providers_are_added_to_a_diamond_not_bounded_by_it() -> None:
+    """own 10 hosts, a = x (10), b = x + 200: the children hold at least b's
+    210, and the zone 220 with its own; taking the maximum over own + a and b
+    lost own's 10."""
+    own, a, b = _pool(10, 100, 0), _pool(10, 10, 0), _pool(210, 210, 0)
+    children = summaries.merge([a], [b])
+    merged = summaries.merge([own, children])
+    assert merged["providers"] == 220, merged
+    assert merged["classes"]["VCPU"]["capacity"] == 310, merged
+
+
+def test_an_overlapping_childs_free_room_is_never_lost() -> None:
+    """a = 110 capacity, 90 used (20 free); b = 50, none used: the children
+    have at least b's 50 free, though a's capacity is the larger."""
+    merged = summaries.merge([_pool(2, 110, 90)], [_pool(2, 50, 0)])
+    vcpu = merged["classes"]["VCPU"]
+    assert vcpu["capacity"] == 110 and vcpu["capacity"] - vcpu["used"] == 50, vcpu
+    assert vcpu["largest_free"] == 50, vcpu
+
+
+def test_a_diamond_under_a_zone_with_its_own_hosts(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await _host(tree.client("root"), "root-h0", vcpu=2)
+        await _diamond(tree)
+        await _host(tree.client("b"), "b-h0", vcpu=32)
+        await _background_rounds(tree, ["x", "a", "b", "root"], 2)
+        s = (await tree.client("root").get("/strato/v1/summary?fresh=true")).json()
+        # root's own 2 VCPU, plus the children's at least b's 40 (x 8 + b-h0 32).
+        assert s["providers"] == 3 and s["classes"]["VCPU"]["capacity"] == 42, s
+    run(tmp_path, DIAMOND, scenario)
