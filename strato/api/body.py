@@ -184,14 +184,23 @@ def _schema_message(e: Any) -> tuple[str, str]:
 MAX_DESCRIBED = 10
 
 
-def first_errors(exc: ValidationError, n: int = MAX_DESCRIBED) -> list[dict[str, Any]]:
+def first_errors(exc: ValidationError, n: int = MAX_DESCRIBED, *,
+                 lean: bool = False) -> list[dict[str, Any]]:
     """The first `n` of `exc`'s errors (as `exc.errors()` gives them), without
     building the others: `errors()` makes Python objects of every one, holding
     the GIL; `json()` writes them all in pydantic's core, and only the first
-    `n` are read back."""
+    `n` are read back. `lean`: only `loc`, `msg` and `type` are wanted (not
+    the input or the context)."""
     if exc.error_count() <= n:
         return [dict(e) for e in exc.errors(include_url=False)]
-    text, decoder, at = exc.json(include_url=False), json.JSONDecoder(), 1
+    try:
+        text = exc.json(include_url=False, include_input=not lean,
+                        include_context=not lean)
+    except ValueError:
+        # An input JSON cannot hold as UTF-8 (a lone surrogate, which the
+        # standard library's parser lets through): the slow way, rare.
+        return [dict(e) for e in exc.errors(include_url=False)[:n]]
+    decoder, at = json.JSONDecoder(), 1
     out: list[dict[str, Any]] = []
     while len(out) < n:
         e, at = decoder.raw_decode(text, at)
@@ -255,7 +264,7 @@ def bounded_faults(model: type[BaseModel]) -> Callable[[Request], Awaitable[None
         except ValidationError as exc:
             if exc.error_count() <= MAX_DESCRIBED:
                 return
-            errs = first_errors(exc)
+            errs = first_errors(exc, lean=True)
             raise errors.BadRequest("; ".join(
                 f"{'.'.join(str(p) for p in ('body', *e['loc']))}: {e['msg']}" for e in errs)
                 + more_errors(exc.error_count(), len(errs))) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -320,3 +321,19 @@ def test_a_strato_body_of_many_faults_is_refused_quickly(client: TestClient, pat
     assert r.status_code == 400, r.text[:300]
     assert time.monotonic() - t < 5
     assert "more errors" in r.json()["errors"][0]["detail"]
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/strato/v1/schedule", {"consumers": [], "project_id": "p", "user_id": "u", "groups": []}),
+    ("/strato/v1/children", {"name": "dfw", "url": "http://127.0.0.1:9"}),
+    ("/strato/v1/requests/cancel", {"request_id": "r1"})])
+def test_many_faults_with_lone_surrogates_are_a_400(client: TestClient, path: str,
+                                                    body: dict[str, Any]) -> None:
+    """A lone surrogate (\\udfff) passes the standard library's JSON parser but
+    cannot be written back as UTF-8: describing the faults answered 500."""
+    faults = ", ".join(f'"k{i}": "\\udfff"' for i in range(20))
+    padding = "x" * 70_000
+    raw = json.dumps({**body, "pad": padding})[:-1] + ", " + faults + "}"
+    r = client.post(path, content=raw.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text[:300]
+    assert "more error" in r.json()["errors"][0]["detail"], r.text[:300]
