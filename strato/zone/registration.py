@@ -9,10 +9,18 @@ import random
 from pydantic import ValidationError
 
 from strato.config import Settings
-from strato.zone.protocol import Registration
+from strato.model import errors
+from strato.zone.protocol import Faulty, Registration, read_error
 from strato.zone.transport import Transport, Unreachable
 
 log = logging.getLogger("strato.zone")
+
+
+def _is_loop(body: object) -> bool:
+    try:
+        return any(e.get("code") == errors.ZONE_LOOP for e in read_error(body)["errors"])
+    except Faulty:
+        return False
 
 
 async def register_with_parent(settings: Settings, transport: Transport, *,
@@ -21,6 +29,9 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
 
     Returns False (and stops) if the parent refuses for good (4xx): a parent
     may refuse a child it does not trust, or whose name another live zone has.
+    A 409 `strato.zone_loop` (the parent sees itself below this zone) is not
+    for good: the summaries it read may be a refresh behind a change of the
+    tree, so it is tried again, every `max_delay` seconds.
     """
     assert settings.parent_url is not None
     try:
@@ -50,10 +61,16 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
                 log.info("registered with parent %s as %s", settings.parent_url,
                          settings.zone_name)
                 return True
-            if 400 <= reply.status < 500:
+            if reply.status == 409 and _is_loop(reply.body):
+                log.error("parent %s refused this zone: it is below this zone already (a "
+                          "cycle); retrying in %.0fs, in case that was a summary from before "
+                          "a change: %s", settings.parent_url, max_delay, reply.body)
+                delay = max_delay
+            elif 400 <= reply.status < 500:
                 log.error("parent %s refused this zone: %s %s", settings.parent_url,
                           reply.status, reply.body)
                 return False
-            log.warning("parent answered %s; retrying", reply.status)
+            else:
+                log.warning("parent answered %s; retrying", reply.status)
         await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
         delay = min(max_delay, delay * 2)
