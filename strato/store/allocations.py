@@ -133,12 +133,12 @@ def _claim(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim],
     affected_ids = sorted({i for i, _ in rows})
     uuid_of: dict[int, str] = dict(rows)
     if not raw.sqlite:
-        lock_providers(conn, affected_ids)
-        # The set of old allocations may have moved before the locks: re-read.
-        locked = _providers(raw, "id", affected_ids, consumer_uuids)
-        affected_ids = sorted({i for i, _ in locked})
-        uuid_of = dict(locked)
-        lock_providers(conn, affected_ids)
+        uuid_of = _lock_affected(conn, raw, affected_ids, consumer_uuids)
+        affected_ids = sorted(uuid_of)
+        gone = sorted(u for u, i in named.items() if i not in uuid_of)
+        if gone:  # deleted while this write waited for its lock
+            raise errors.BadRequest(
+                f"Allocation for resource provider '{gone[0]}' that does not exist.")
 
     existing = _check_consumer_generations(raw, claims)
 
@@ -183,6 +183,32 @@ def _claim(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim],
     touched = tuple(sorted(uuid_of[i] for i in affected_ids))
     seq = changes.record(conn, "allocation", touched)
     return ClaimResult(generations=generations, touched_providers=touched, change_seq=seq)
+
+
+LOCK_ATTEMPTS = 5
+
+
+def _lock_affected(conn: Connection, raw: Raw, ids: list[int],
+                   consumer_uuids: Sequence[str]) -> dict[int, str]:
+    """Lock (PostgreSQL) the providers a write touches, in id order; their uuid by id.
+
+    The consumers' old allocations may move before the locks are held. When
+    they then name a provider not locked, the locks are given back (rolled back
+    to a savepoint) and all are taken again in id order: taking the newcomer
+    while holding a higher id would deadlock with a writer locking the other
+    way round.
+    """
+    wanted = set(ids)
+    for _ in range(LOCK_ATTEMPTS):
+        raw.run("SAVEPOINT strato_lock")
+        lock_providers(conn, sorted(wanted))
+        locked = dict(_providers(raw, "id", sorted(wanted), consumer_uuids))
+        if locked.keys() <= wanted:
+            raw.run("RELEASE SAVEPOINT strato_lock")
+            return locked
+        raw.run("ROLLBACK TO SAVEPOINT strato_lock")
+        wanted |= locked.keys()
+    raise errors.ConcurrentUpdate("the consumers' allocations kept changing; retry")
 
 
 def _check_consumer_generations(raw: Raw, claims: Sequence[ConsumerClaim]

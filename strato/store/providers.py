@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 from strato.model import errors
 from strato.store import changes
+from strato.store.db import lock_providers
 from strato.store.schema import (
     allocations,
     inventories,
@@ -233,6 +234,10 @@ def delete_provider(conn: Connection, uuid: str) -> None:
     if p is None:
         raise errors.NotFound(f"No resource provider with uuid {uuid} found for delete",
                               errors.RESOURCE_PROVIDER_NOT_FOUND)
+    # Claims lock the providers they allocate on (PostgreSQL): with this lock
+    # held, one that got there first is seen below, and one after finds the
+    # provider gone (a 400), not a foreign key's 500.
+    lock_providers(conn, [p.id])
     if conn.execute(sa.select(allocations.c.id)
                     .where(allocations.c.resource_provider_id == p.id).limit(1)).first():
         raise errors.Conflict(

@@ -100,3 +100,97 @@ def test_concurrent_claims_never_overcommit(db_url: str, tmp_path: Path) -> None
         for consumer, (rp, res) in list(won.items())[:50]:
             got = setup.get(f"/allocations/{consumer}").json()
             assert got["allocations"][rp]["resources"] == res
+
+
+def test_consumers_moved_between_providers_concurrently(db_url: str, tmp_path: Path) -> None:
+    """16 clients moving the same few consumers from provider to provider, each
+    with the generation it read: a write locks the providers of the consumer's
+    old allocations as well as its new ones, and those may change under it.
+    Every refusal is a 409 with a Placement code, never a deadlock's 500, and
+    the usages are the sum of what the consumers hold."""
+    with ServerProcess(db_url, log_path=tmp_path / "server.log") as server, \
+            api.client(server.url) as setup:
+        rps = [api.make_provider(setup, f"cn{i}", {
+            "VCPU": {"total": 64}, "MEMORY_MB": {"total": 65536}}) for i in range(4)]
+        consumers = [str(uuid.uuid4()) for _ in range(6)]
+        lock = threading.Lock()
+        statuses: Counter[int] = Counter()
+        bad: list[str] = []
+
+        def worker(seed: int) -> None:
+            rng = random.Random(seed)
+            with api.client(server.url) as c:
+                for _ in range(ATTEMPTS_PER_CLIENT):
+                    consumer = rng.choice(consumers)
+                    gen = c.get(f"/allocations/{consumer}").json().get("consumer_generation")
+                    r = c.put(f"/allocations/{consumer}", json={
+                        "allocations": {rng.choice(rps): {"resources": {
+                            "VCPU": rng.randint(1, 4), "MEMORY_MB": 256}}},
+                        "project_id": "p", "user_id": "u", "consumer_generation": gen,
+                        "consumer_type": "INSTANCE"})
+                    with lock:
+                        statuses[r.status_code] += 1
+                        if r.status_code not in (204, 409) or (
+                                r.status_code == 409 and r.json()["errors"][0]["code"]
+                                != "placement.concurrent_update"):
+                            bad.append(r.text)
+
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            list(pool.map(worker, range(CLIENTS)))
+
+        assert bad == [], (statuses, bad[:3])
+        assert statuses[204] > 0
+        held: dict[str, Counter[str]] = {rp: Counter() for rp in rps}
+        for consumer in consumers:
+            for rp, a in setup.get(f"/allocations/{consumer}").json()["allocations"].items():
+                held[rp].update(a["resources"])
+        for rp in rps:
+            used = {rc: n for rc, n in api.usages(setup, rp).items() if n}
+            assert used == dict(held[rp])
+
+
+def _race_delete(url: str, rp: str, consumers: list[str]) -> list[int]:
+    """DELETE `rp` while claiming on it for each consumer, all at once: the
+    claims' statuses."""
+    barrier = threading.Barrier(len(consumers) + 1)
+
+    def claim(consumer: str) -> int:
+        with api.client(url) as c:
+            barrier.wait()
+            r = c.put(f"/allocations/{consumer}", json={
+                "allocations": {rp: {"resources": {"VCPU": 1}}},
+                "project_id": "p", "user_id": "u", "consumer_generation": None,
+                "consumer_type": "INSTANCE"})
+            assert r.status_code in (204, 400, 404, 409), r.text
+            return r.status_code
+
+    def delete() -> None:
+        with api.client(url) as c:
+            barrier.wait()
+            r = c.delete(f"/resource_providers/{rp}")
+            assert r.status_code in (204, 409), r.text
+            if r.status_code == 409:
+                assert r.json()["errors"][0]["code"] == "placement.resource_provider.inuse"
+
+    with ThreadPoolExecutor(len(consumers) + 1) as pool:
+        deleting = pool.submit(delete)
+        claimed = list(pool.map(claim, consumers))
+        deleting.result()
+    return claimed
+
+
+def test_delete_provider_while_allocating_against_it(db_url: str, tmp_path: Path) -> None:
+    """A DELETE of a provider racing claims on it: either the delete wins (the
+    claims get 4xx and leave nothing) or a claim does (the delete is a 409
+    placement.resource_provider.inuse); never a 500."""
+    with ServerProcess(db_url, log_path=tmp_path / "server.log") as server, \
+            api.client(server.url) as setup:
+        for round_ in range(5):
+            rp = api.make_provider(setup, f"doomed{round_}", {"VCPU": {"total": 100}})
+            consumers = [str(uuid.uuid4()) for _ in range(CLIENTS - 1)]
+            claimed = _race_delete(server.url, rp, consumers)
+            gone = setup.get(f"/resource_providers/{rp}").status_code == 404
+            for consumer, status in zip(consumers, claimed, strict=True):
+                held = setup.get(f"/allocations/{consumer}").json()["allocations"]
+                assert bool(held) == (status == 204), (consumer, status, held)
+                assert not (gone and held)
