@@ -131,6 +131,17 @@ def _name_taken(conn: Connection, name: str, except_id: int | None = None) -> bo
     return conn.execute(q).first() is not None
 
 
+def _parent_locked(conn: Connection, parent_uuid: str) -> Provider | None:
+    """The provider a write makes a parent, locked (PostgreSQL) as DELETE locks
+    it: a delete waits for this write and then sees the child, or went first
+    and the parent is None here, not a foreign key's 500 at the insert."""
+    parent = get_provider_or_none(conn, parent_uuid)
+    if parent is None or conn.dialect.name == "sqlite":
+        return parent
+    lock_providers(conn, [parent.id])
+    return get_provider_or_none(conn, parent_uuid)
+
+
 def create_provider(
     conn: Connection, *, name: str, uuid: str | None = None, parent_uuid: str | None = None
 ) -> Provider:
@@ -147,7 +158,7 @@ def create_provider(
             raise errors.BadRequest(
                 f"Unable to create resource provider \"{name}\", {uuid}: "
                 "parent provider UUID cannot be same as UUID. Please modify request.")
-        parent = get_provider_or_none(conn, parent_uuid)
+        parent = _parent_locked(conn, parent_uuid)
         if parent is None:
             raise errors.BadRequest(
                 f"Unable to create resource provider \"{name}\", {uuid}: "
@@ -209,7 +220,7 @@ def update_provider(
         if parent_uuid is None:
             values.update(parent_provider_id=None, root_provider_id=p.id)
         else:
-            parent = get_provider_or_none(conn, parent_uuid)
+            parent = _parent_locked(conn, parent_uuid)
             if parent is None:
                 raise errors.BadRequest(
                     f"parent provider UUID does not exist ({parent_uuid})")

@@ -194,3 +194,35 @@ def test_delete_provider_while_allocating_against_it(db_url: str, tmp_path: Path
                 held = setup.get(f"/allocations/{consumer}").json()["allocations"]
                 assert bool(held) == (status == 204), (consumer, status, held)
                 assert not (gone and held)
+
+
+def test_children_created_while_their_parent_is_deleted(db_url: str, tmp_path: Path) -> None:
+    """POST /resource_providers naming a parent that a DELETE removes at the same
+    time: the child is created (and the delete is a 409 for the child) or is a
+    400 for a parent that does not exist; never a foreign key's 500."""
+    # Two processes on PostgreSQL: the child's read of its parent and its
+    # insert have more room between them.
+    extra = [] if db_url.startswith("sqlite") else ["--workers", "2"]
+    with ServerProcess(db_url, extra=extra, log_path=tmp_path / "server.log") as server, \
+            api.client(server.url) as setup:
+        for round_ in range(20):
+            parent = setup.post("/resource_providers", json={"name": f"parent{round_}"}).json()
+            barrier = threading.Barrier(CLIENTS)
+
+            def act(i: int, parent_uuid: str = parent["uuid"],
+                    barrier: threading.Barrier = barrier) -> int:
+                with api.client(server.url) as c:
+                    barrier.wait()
+                    if i == 0:
+                        r = c.delete(f"/resource_providers/{parent_uuid}")
+                        assert r.status_code in (204, 409), r.text
+                    else:
+                        r = c.post("/resource_providers", json={
+                            "name": f"child-{uuid.uuid4()}", "parent_provider_uuid": parent_uuid})
+                        assert r.status_code in (200, 400), r.text
+                    return r.status_code
+
+            with ThreadPoolExecutor(CLIENTS) as pool:
+                statuses = list(pool.map(act, range(CLIENTS)))
+            children = statuses[1:].count(200)
+            assert (statuses[0] == 204) == (children == 0), statuses
