@@ -6,6 +6,7 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -131,6 +132,40 @@ def _name_taken(conn: Connection, name: str, except_id: int | None = None) -> bo
     return conn.execute(q).first() is not None
 
 
+def _refuse_duplicate(conn: Connection, uuid: str, name: str,
+                      except_id: int | None = None) -> None:
+    """409 if another provider has this uuid (when creating) or name."""
+    if except_id is None and conn.execute(
+            sa.select(rp.c.id).where(rp.c.uuid == uuid)).first() is not None:
+        raise errors.Conflict(f"Conflicting resource provider uuid: {uuid} already exists.",
+                              errors.DUPLICATE_NAME)
+    if _name_taken(conn, name, except_id=except_id):
+        raise errors.Conflict(f"Conflicting resource provider name: {name} already exists.",
+                              errors.DUPLICATE_NAME)
+
+
+def _unique_write(conn: Connection, stmt: sa.Executable, uuid: str, name: str,
+                  except_id: int | None = None) -> list[sa.Row[Any]]:
+    """Run an insert or update of a provider's uuid and name; its rows.
+
+    The duplicate checks before it take no lock: on PostgreSQL a concurrent
+    write of the same uuid or name may commit in between, and the unique
+    index refuses this one. That is the checks' 409, not a 500. (On SQLite
+    writers are one at a time.)"""
+    def run() -> list[sa.Row[Any]]:
+        result = conn.execute(stmt)
+        return list(result.all()) if result.returns_rows else []
+
+    if conn.dialect.name == "sqlite":
+        return run()
+    try:
+        with conn.begin_nested():
+            return run()
+    except sa.exc.IntegrityError:
+        _refuse_duplicate(conn, uuid, name, except_id)
+        raise
+
+
 def _parent_locked(conn: Connection, parent_uuid: str) -> Provider | None:
     """The provider a write makes a parent, locked (PostgreSQL) as DELETE locks
     it: a delete waits for this write and then sees the child, or went first
@@ -146,12 +181,7 @@ def create_provider(
     conn: Connection, *, name: str, uuid: str | None = None, parent_uuid: str | None = None
 ) -> Provider:
     uuid = uuid or str(uuidlib.uuid4())
-    if conn.execute(sa.select(rp.c.id).where(rp.c.uuid == uuid)).first() is not None:
-        raise errors.Conflict(f"Conflicting resource provider uuid: {uuid} already exists.",
-                              errors.DUPLICATE_NAME)
-    if _name_taken(conn, name):
-        raise errors.Conflict(f"Conflicting resource provider name: {name} already exists.",
-                              errors.DUPLICATE_NAME)
+    _refuse_duplicate(conn, uuid, name)
     parent_id = root_id = None
     if parent_uuid is not None:
         if parent_uuid == uuid:
@@ -167,11 +197,10 @@ def create_provider(
         root_id = conn.execute(sa.select(rp.c.root_provider_id).where(rp.c.id == parent.id)
                                ).scalar_one()
     now = utcnow()
-    new_id = conn.execute(
-        sa.insert(rp).values(uuid=uuid, name=name, generation=0, parent_provider_id=parent_id,
-                             root_provider_id=root_id, created_at=now, updated_at=now)
-        .returning(rp.c.id)
-    ).scalar_one()
+    insert = (sa.insert(rp).values(uuid=uuid, name=name, generation=0,
+                                   parent_provider_id=parent_id, root_provider_id=root_id,
+                                   created_at=now, updated_at=now).returning(rp.c.id))
+    new_id = _unique_write(conn, insert, uuid, name)[0][0]
     if root_id is None:
         conn.execute(sa.update(rp).where(rp.c.id == new_id).values(root_provider_id=new_id))
     changes.record(conn, "provider", [uuid])
@@ -229,7 +258,8 @@ def update_provider(
             new_root = conn.execute(
                 sa.select(rp.c.root_provider_id).where(rp.c.id == parent.id)).scalar_one()
             values.update(parent_provider_id=parent.id, root_provider_id=new_root)
-    conn.execute(sa.update(rp).where(rp.c.id == p.id).values(**values))
+    _unique_write(conn, sa.update(rp).where(rp.c.id == p.id).values(**values), uuid, name,
+                  except_id=p.id)
     if "root_provider_id" in values and subtree:
         conn.execute(sa.update(rp).where(rp.c.id.in_(subtree))
                      .values(root_provider_id=values["root_provider_id"]))

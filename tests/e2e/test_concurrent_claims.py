@@ -226,3 +226,56 @@ def test_children_created_while_their_parent_is_deleted(db_url: str, tmp_path: P
                 statuses = list(pool.map(act, range(CLIENTS)))
             children = statuses[1:].count(200)
             assert (statuses[0] == 204) == (children == 0), statuses
+
+
+def test_providers_of_one_name_or_uuid_created_at_once(db_url: str, tmp_path: Path) -> None:
+    """16 POST /resource_providers of one name (and of one uuid) at once: one is
+    created, the others are 409 placement.duplicate_name, never a unique
+    constraint's 500."""
+    extra = [] if db_url.startswith("sqlite") else ["--workers", "2"]
+    with ServerProcess(db_url, extra=extra, log_path=tmp_path / "server.log") as server:
+        for round_ in range(10):
+            same_uuid = str(uuid.uuid4())
+            bodies = [{"name": f"twin{round_}"}, {"name": f"twin{round_}-{{}}", "uuid": same_uuid}]
+            for body in bodies:
+                barrier = threading.Barrier(CLIENTS)
+
+                def create(i: int, body: dict[str, str] = body,
+                           barrier: threading.Barrier = barrier) -> int:
+                    with api.client(server.url) as c:
+                        barrier.wait()
+                        r = c.post("/resource_providers",
+                                   json={**body, "name": body["name"].format(i)})
+                        assert r.status_code in (200, 409), r.text
+                        if r.status_code == 409:
+                            assert (r.json()["errors"][0]["code"]
+                                    == "placement.duplicate_name"), r.text
+                        return r.status_code
+
+                with ThreadPoolExecutor(CLIENTS) as pool:
+                    statuses = list(pool.map(create, range(CLIENTS)))
+                assert statuses.count(200) == 1, statuses
+
+
+def test_providers_renamed_to_one_name_at_once(db_url: str, tmp_path: Path) -> None:
+    """16 providers renamed to one name at once: one is, the others are 409
+    placement.duplicate_name, never a unique constraint's 500."""
+    extra = [] if db_url.startswith("sqlite") else ["--workers", "2"]
+    with ServerProcess(db_url, extra=extra, log_path=tmp_path / "server.log") as server, \
+            api.client(server.url) as setup:
+        for round_ in range(10):
+            rps = [setup.post("/resource_providers", json={"name": f"r{round_}-{i}"}).json()["uuid"]
+                   for i in range(CLIENTS)]
+            barrier = threading.Barrier(CLIENTS)
+
+            def rename(rp: str, name: str = f"same{round_}",
+                       barrier: threading.Barrier = barrier) -> int:
+                with api.client(server.url) as c:
+                    barrier.wait()
+                    r = c.put(f"/resource_providers/{rp}", json={"name": name})
+                    assert r.status_code in (200, 409), r.text
+                    return r.status_code
+
+            with ThreadPoolExecutor(CLIENTS) as pool:
+                statuses = list(pool.map(rename, rps))
+            assert statuses.count(200) == 1, statuses
