@@ -287,7 +287,15 @@ class ProvidersBelow:
             except errors.StratoError as exc:
                 await strato_error_response(exc, rid)(scope, receive, send)
                 return
-            await self.app(scope, replay_body(raw, receive), send)
+            # A consumer of a zone below is not given allocations here too
+            # (nor made here while a write makes it below).
+            async with self._consumer_locks.hold([c.consumer_uuid for c in claims]):
+                try:
+                    await self._refuse_elsewhere(claims, None, here_ok=True)
+                except errors.StratoError as exc:
+                    await strato_error_response(exc, rid)(scope, receive, send)
+                    return
+                await self.app(scope, replay_body(raw, receive), send)
             return
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         try:
@@ -317,7 +325,7 @@ class ProvidersBelow:
         await _answer(reply, scope, receive, send)
 
     async def _refuse_elsewhere(self, claims: list[allocations.ConsumerClaim],
-                                target: str | None) -> None:
+                                target: str | None, *, here_ok: bool = False) -> None:
         """Refuse a write that would leave a consumer allocated in two zones:
         one that has allocations in another zone than `target` (the child the
         write goes to; None: a write across zones, which makes new consumers
@@ -325,13 +333,17 @@ class ProvidersBelow:
         null) found elsewhere is a 409, as Placement answers for a consumer
         that exists; an existing one is a 400: it is changed where it is.
         Children that cannot be asked are not waited for (a dead child never
-        stops writes elsewhere): the consumer is looked for where it can be."""
+        stops writes elsewhere): the consumer is looked for where it can be.
+        `here_ok`: the write is made here, so a consumer of this zone is
+        changed where it is (its generation checked by this zone's route)."""
         for claim in claims:
             if not claim.allocations:
                 continue  # a release: made where the consumer is
             c = claim.consumer_uuid
             where: str | None = None
             if await self._generation_here(c) is not None:
+                if here_ok:
+                    continue
                 where = self.state.tree.config.name
             else:
                 try:

@@ -432,6 +432,47 @@ def test_a_consumer_is_never_given_allocations_in_two_cells(tmp_path: Path) -> N
     run(tmp_path, scenario)
 
 
+def test_a_consumer_of_a_cell_is_not_given_allocations_at_the_root_too(tmp_path: Path
+                                                                       ) -> None:
+    """A write naming only the root's own providers, for a consumer that has
+    allocations in a cell: refused as a write into another cell is (409 for a
+    new consumer, 400 for a move), also when it comes at once with the write
+    into the cell; the consumer is never in two zones."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        h136 = {V: "placement 1.36"}
+        d = await _uuid_of(root, "dfw-h0")
+        r = await root.post("/resource_providers", headers=h136, json={"name": "root-pool"})
+        pool = r.json()["uuid"]
+        r = await root.put(f"/resource_providers/{pool}/inventories", json={
+            "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 100}}})
+        assert r.status_code == 200, r.text
+
+        def put(c: str, rp: str, gen: int | None) -> Any:
+            return root.put(f"/allocations/{c}", headers=h136, json={
+                "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                "user_id": "u", "consumer_generation": gen})
+        c = str(uuid.uuid4())
+        assert (await put(c, d, None)).status_code == 204
+        r = await put(c, pool, None)
+        assert r.status_code == 409 and "zone dfw" in r.text, r.text
+        assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
+        r = await put(c, pool, 1)
+        assert r.status_code == 400 and "changed where it is" in r.text, r.text
+        assert await used(tree, "dfw") == 1
+        r = await root.get(f"/resource_providers/{pool}/usages")
+        assert r.json()["usages"]["VCPU"] == 0
+        # A consumer of the root is still changed there.
+        mine = str(uuid.uuid4())
+        assert (await put(mine, pool, None)).status_code == 204
+        assert (await put(mine, pool, 1)).status_code == 204
+        for _ in range(3):
+            c = str(uuid.uuid4())
+            got = await asyncio.gather(put(c, d, None), put(c, pool, None))
+            assert sorted(r.status_code for r in got) == [204, 409], [r.text for r in got]
+    run(tmp_path, scenario)
+
+
 def test_bad_allocation_bodies_at_the_root_get_the_routes_answer(tmp_path: Path) -> None:
     """A write for providers below is read as the root's own route reads it
     (415, 400) before anything is sent below: never a 500, nothing written."""
