@@ -329,7 +329,7 @@ def test_against_a_real_server_with_a_token(server: ServerProcess) -> None:
         assert result.exit_code == 1 and "HTTP 401" in result.output
     server.stop()
     result = invoke("schedule", "--url", server.url, "-r", "VCPU:1")
-    assert result.exit_code == 1 and "could not be reached" in result.output
+    assert result.exit_code == 3 and "could not be reached" in result.output
 
 
 # -- the wire format the command reads --------------------------------------------------
