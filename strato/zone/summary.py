@@ -173,64 +173,39 @@ def merge(parts: Iterable[Mapping[str, Any]],
     sums cannot be told apart. `parts` are added up; each overlapping pool
     is then taken with them as a lower bound, not a sum (a zone's own
     providers are added to the result afterwards: no child counts them):
-    per class, the larger
-    capacity and the larger free room (capacity less usage) of the two, so
-    the result never holds more than the pools together, and never less than
-    any one of them. Maxima and unions merge as for any part (counting a
+    per class, the larger capacity and the larger free room (capacity less
+    usage) of the two, so the result never holds more than the pools
+    together, and never less than any one of them. Maxima and unions merge as for any part (counting a
     zone twice does not change them)."""
-    over = list(overlapping)
-    if over:
-        # The children that do not overlap stay summed with the zone's own
-        # providers; each overlapping one raises that sum where it is larger.
-        return _widen(merge(parts), over)
     providers = 0
     freed = 0
     classes: dict[str, dict[str, Any]] = {}
     traits: set[str] = set()
     tags: set[str] = set()
-    for part in parts:
-        providers += int(part.get("providers", 0))
+    # Every part is added up first; then each overlapping pool raises the sum
+    # where it is larger.
+    for part, over in [*((p, False) for p in parts), *((p, True) for p in overlapping)]:
+        n = int(part.get("providers", 0))
+        providers = max(providers, n) if over else providers + n
         freed += int(part.get("freed", 0))
         traits.update(part.get("traits", []))
         tags.update(part.get("tags_present", []))
         for rc, c in part.get("classes", {}).items():
             acc = classes.setdefault(rc, {"capacity": 0, "used": 0, "largest_free": 0,
                                           "best_share": 0.0, "max_capacity": 0})
-            acc["capacity"] += int(c.get("capacity", 0))
-            acc["used"] += int(c.get("used", 0))
-            _maxima(acc, c)
-    return {"providers": providers,
-            "classes": {rc: _sendable(c) for rc, c in classes.items()},
-            "traits": sorted(traits), "tags_present": sorted(tags), "freed": freed % TOKEN_MOD}
-
-
-def _maxima(acc: dict[str, Any], c: Mapping[str, Any]) -> None:
-    acc["largest_free"] = max(acc["largest_free"], int(c.get("largest_free", 0)))
-    for k in ("best_share", "max_capacity"):
-        # Unknown in one part (an older zone): unknown for the whole.
-        v = c.get(k)
-        acc[k] = None if v is None or acc[k] is None else max(acc[k], v)
-
-
-def _widen(merged: dict[str, Any], overlapping: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """`merged` raised, per figure, to each overlapping pool's where that is larger."""
-    providers = int(merged["providers"])
-    freed = int(merged["freed"])
-    classes = {rc: dict(c) for rc, c in merged["classes"].items()}
-    traits, tags = set(merged["traits"]), set(merged["tags_present"])
-    for part in overlapping:
-        providers = max(providers, int(part.get("providers", 0)))
-        freed += int(part.get("freed", 0))
-        traits.update(part.get("traits", []))
-        tags.update(part.get("tags_present", []))
-        for rc, c in part.get("classes", {}).items():
-            acc = classes.setdefault(rc, {"capacity": 0, "used": 0, "largest_free": 0,
-                                          "best_share": 0.0, "max_capacity": 0})
-            cap = max(int(acc["capacity"]), int(c.get("capacity", 0)))
-            free = max(int(acc["capacity"]) - int(acc["used"]),
-                       int(c.get("capacity", 0)) - int(c.get("used", 0)))
-            acc["capacity"], acc["used"] = cap, max(0, cap - free)
-            _maxima(acc, c)
+            cap, used = int(c.get("capacity", 0)), int(c.get("used", 0))
+            if over:
+                free = max(acc["capacity"] - acc["used"], cap - used)
+                acc["capacity"] = max(acc["capacity"], cap)
+                acc["used"] = max(0, acc["capacity"] - free)
+            else:
+                acc["capacity"] += cap
+                acc["used"] += used
+            acc["largest_free"] = max(acc["largest_free"], int(c.get("largest_free", 0)))
+            for k in ("best_share", "max_capacity"):
+                # Unknown in one part (an older zone): unknown for the whole.
+                v = c.get(k)
+                acc[k] = None if v is None or acc[k] is None else max(acc[k], v)
     return {"providers": providers,
             "classes": {rc: _sendable(c) for rc, c in classes.items()},
             "traits": sorted(traits), "tags_present": sorted(tags), "freed": freed % TOKEN_MOD}

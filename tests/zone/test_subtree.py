@@ -405,9 +405,7 @@ def test_a_consumer_is_never_given_allocations_in_two_cells(tmp_path: Path) -> N
         d, o = await _uuid_of(root, "dfw-h0"), await _uuid_of(root, "ord-h0")
 
         def put(c: str, rp: str, gen: int | None) -> Any:
-            return root.put(f"/allocations/{c}", headers=h136, json={
-                "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
-                "user_id": "u", "consumer_generation": gen})
+            return _put_vcpu(root, c, rp, gen)
         c = str(uuid.uuid4())
         assert (await put(c, d, None)).status_code == 204
         zt(tree, "global").consumer_zones.forget(c)  # as after a restart
@@ -449,9 +447,7 @@ def test_a_consumer_of_a_cell_is_not_given_allocations_at_the_root_too(tmp_path:
         assert r.status_code == 200, r.text
 
         def put(c: str, rp: str, gen: int | None) -> Any:
-            return root.put(f"/allocations/{c}", headers=h136, json={
-                "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
-                "user_id": "u", "consumer_generation": gen})
+            return _put_vcpu(root, c, rp, gen)
         c = str(uuid.uuid4())
         assert (await put(c, d, None)).status_code == 204
         r = await put(c, pool, None)
@@ -561,3 +557,10 @@ def test_a_schedule_never_places_a_consumer_that_is_placed_or_being_placed(tmp_p
         assert (await root.delete(f"/allocations/{c}")).status_code == 204
         assert (await at("ord", c)).status_code == 200
     run(tmp_path, scenario)
+
+
+def _put_vcpu(client: Any, consumer: str, rp: str, gen: int | None) -> Any:
+    """PUT /allocations/{consumer}: one VCPU on `rp` (microversion 1.36)."""
+    return client.put(f"/allocations/{consumer}", headers={V: "placement 1.36"}, json={
+        "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+        "user_id": "u", "consumer_generation": gen})
