@@ -230,7 +230,17 @@ def test_no_zone_is_its_own_child_and_a_cycle_does_not_storm(tmp_path: Path) -> 
             assert children(ca) == {}
             r = ca.post("/strato/v1/children", json={"name": "b", "url": b.url})
             assert r.status_code == 201, r.text
+            # a's summary counts b: registering a under b is refused at once.
             r = cb.post("/strato/v1/children", json={"name": "a", "url": a.url})
+            assert r.status_code == 409, r.text
+            assert r.json()["errors"][0]["code"] == "strato.zone_loop", r.text
+            # A cycle it cannot see (a frozen while b registers it) is
+            # registered, and refused at its first read.
+            a.proc.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+            try:
+                r = cb.post("/strato/v1/children", json={"name": "a", "url": a.url})
+            finally:
+                a.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
             assert r.status_code == 201, r.text
             for path in ("/usages?project_id=p", f"/allocations/{uuid.uuid4()}"):
                 start = time.monotonic()
