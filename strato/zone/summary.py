@@ -175,8 +175,8 @@ def merge(parts: Iterable[Mapping[str, Any]],
     providers are added to the result afterwards: no child counts them):
     per class, the larger capacity and the larger free room (capacity less
     usage) of the two, so the result never holds more than the pools
-    together, and never less than any one of them. Maxima and unions merge as for any part (counting a
-    zone twice does not change them)."""
+    together, and never less than any one of them. Maxima and unions merge
+    as for any part (counting a zone twice does not change them)."""
     providers = 0
     freed = 0
     classes: dict[str, dict[str, Any]] = {}
