@@ -521,10 +521,12 @@ class ZoneTree:
         With a `deadline` (on a request's path, or a parent's cancel) no child
         is waited for past it. The children in `skip` (they timed out on this
         request: likely hung) are not asked again, nor, with `skip_failed`,
-        those whose last call timed out and that are not yet due for a
-        probe: their parts
-        are recorded in doubt at once, and cancelled there once they answer
-        again (asking now would only spend the caller's time)."""
+        those whose last call timed out and that no call or probe has found
+        answering since (being due for a probe is not enough: a parent's
+        cancel is no probe, and on a slow day the first backoff is over
+        before the cancel comes): their parts are recorded in doubt at once,
+        and cancelled there once they answer again (asking now would only
+        spend the caller's time)."""
         parts = await self._read(lambda conn: ledger.parts(conn, request_id, attempt))
         out = Undone()
 
@@ -565,7 +567,7 @@ class ZoneTree:
             h = self.health_of(p.child)
             if child is None:
                 why: str | None = "child zone removed"
-            elif p.child in skip or (skip_failed and h.hung and not h.due()):
+            elif p.child in skip or (skip_failed and h.hung):
                 why = f"not answering ({h.last_error or 'failed'})"
             else:
                 timeout = None if deadline is None else min(

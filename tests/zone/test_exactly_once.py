@@ -18,7 +18,7 @@ import pytest
 
 from strato.sim.invariants import check_databases
 from strato.store import ledger
-from strato.zone.attempt import MAX_BACKOFF_S, Health
+from strato.zone.attempt import FIRST_BACKOFF_S, MAX_BACKOFF_S, Health
 from strato.zone.inprocess import InProcessTree, build
 from tests.zone.helpers import own_allocations
 from tests.zone.test_shared_pool import AGG, provider
@@ -469,3 +469,28 @@ def test_a_hung_cell_costs_one_timeout_and_leaves_its_region_in_use(tmp_path: Pa
         r = await root.post("/strato/v1/schedule", json=req(1, constraints=room2))
         assert r.status_code == 200, r.text
     run(tmp_path, scenario, {"child_timeout": 2.0, "request_timeout": 6.0})
+
+
+def test_a_parent_cancel_does_not_wait_on_a_hung_cell_once_its_backoff_is_over(
+        tmp_path: Path) -> None:
+    """On a slow day the parent's cancel comes after the hung cell's first
+    backoff: being due for a probe does not make the cell worth waiting on
+    (the CI failure of stop 35: the root's 503 took 3.7 s, not 2)."""
+    async def scenario(tree: InProcessTree) -> None:
+        tree.delay("dfw-r2", 30.0)
+        dfw = tree.client("dfw")
+        b = req(1, request_id="slow-day",
+                constraints=[{"type": "location", "pattern": "dfw/room2/*"}])
+        r = await dfw.post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        h = tree.zone_tree("dfw").health_of("dfw-r2")
+        assert h.hung
+        await asyncio.sleep(FIRST_BACKOFF_S * 1.5)
+        assert h.due()  # its probe is due: still, nobody has heard from it
+        start = time.perf_counter()
+        r = await dfw.post("/strato/v1/requests/cancel", json={"request_id": "slow-day"})
+        took = time.perf_counter() - start
+        assert r.status_code == 200, r.text
+        assert r.json()["deferred"] == ["dfw-r2"], r.text
+        assert took < 0.5, took
+    run(tmp_path, scenario, {"child_timeout": 1.0})
