@@ -14,9 +14,11 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # pip stays quiet (-q); the line before it says what the wait is for.
+# PYTHONWARNINGS: setuptools warns on every editable install that a folder
+# named like the package may shadow it; that is this checkout, on purpose.
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "installing strato and its dependencies ('.[dev]') into $(VENV): about a minute, once"
-	$(BIN)/pip install -q -e '.[dev]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
