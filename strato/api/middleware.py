@@ -22,7 +22,7 @@ from strato.api.auth import CONTEXT_KEY, AuthStrategy
 from strato.api.responses import REQUEST_ID_KEY, accept_ranges, error_response
 from strato.model import errors
 from strato.zone.protocol import MAX_PATH, PATH_HEADER
-from strato.zone.transport import ZONE_PATH
+from strato.zone.transport import COUNTED, ZONE_PATH
 
 log = logging.getLogger("strato.api")
 
@@ -95,11 +95,13 @@ class StratoMiddleware:
             await self.app(scope, receive, send)
             return
         # The zones this request passed through, for the calls it makes to
-        # other zones; none after it (an in-process caller's context).
-        token = ZONE_PATH.set(())
+        # other zones; none after it (an in-process caller's context), nor
+        # the zones its caller counted elsewhere (only GET /usages says).
+        token, counted = ZONE_PATH.set(()), COUNTED.set(frozenset())
         try:
             await self._serve(scope, receive, send)
         finally:
+            COUNTED.reset(counted)
             ZONE_PATH.reset(token)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:

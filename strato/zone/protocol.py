@@ -399,6 +399,20 @@ class ErrorBody(_Message):
 # separated. A zone that finds its own id there, or more than MAX_PATH ids,
 # refuses the call (508, strato.zone_loop): the tree has a cycle.
 PATH_HEADER = "x-strato-zone-path"
+# Sent with a subtree read that adds figures up (GET /usages): the ids of the
+# zones the asking zone counts through another child already (a zone
+# registered under two of its children: a diamond). The zone asked leaves out
+# each child whose own id is among them, and passes them on.
+COUNTED_HEADER = "x-strato-counted-zones"
+_ZONE_ID = re.compile(r"^[0-9a-f]{1,64}$")
+
+
+def counted_zones(raw: str | None) -> frozenset[str]:
+    """COUNTED_HEADER's zone ids (what does not look like one is ignored)."""
+    if not raw:
+        return frozenset()
+    ids = (z.strip() for z in raw.split(",", MAX_ZONE_IDS)[:MAX_ZONE_IDS])
+    return frozenset(z for z in ids if _ZONE_ID.match(z))
 # Where a zone may be called: over HTTP(S), or inproc://name in an in-process
 # tree (strato/zone/inprocess.py).
 ZONE_URL_SCHEMES = ("http", "https", "inproc")

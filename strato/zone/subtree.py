@@ -47,7 +47,7 @@ from strato.model import errors
 from strato.store.children import Child
 from strato.zone import protocol
 from strato.zone.attempt import Health
-from strato.zone.transport import Malformed, Reply, Transport, Unreachable
+from strato.zone.transport import COUNTED, Malformed, Reply, Transport, Unreachable
 
 M = TypeVar("M", bound=protocol._Message)
 
@@ -141,13 +141,20 @@ def _missing(tree: Tree, child: Child, reply: Reply | None, why: str | None) -> 
 
 
 async def _ask_all(tree: Tree, path: str, model: type[M], what: str,
-                   version: str | None = None, kids: Sequence[Child] | None = None
+                   version: str | None = None, kids: Sequence[Child] | None = None,
+                   told: Mapping[str, frozenset[str]] | None = None
                    ) -> tuple[list[tuple[Child, M]], list[Missing]]:
     """Every child's (or `kids`') answer to `GET path`, validated; and why the
-    others have none."""
+    others have none. `told`: the zones each child is to leave out, counted
+    elsewhere (COUNTED_HEADER)."""
     if kids is None:
         kids = await tree.children()
-    got = await asyncio.gather(*(_get(tree, c, path, version) for c in kids))
+
+    async def one(c: Child) -> tuple[Reply | None, str | None]:
+        # Each call runs in its own task (gather), so this is its own.
+        COUNTED.set((told or {}).get(c.name, frozenset()))
+        return await _get(tree, c, path, version)
+    got = await asyncio.gather(*(one(c) for c in kids))
     answers: list[tuple[Child, M]] = []
     missing = []
     for c, (reply, why) in zip(kids, got, strict=True):
@@ -745,12 +752,31 @@ def learn_placements(tree: Tree, answer: Mapping[str, Any]) -> None:
             tree.consumer_zones.learn(str(p["consumer_uuid"]), path[1])
 
 
-async def usages(tree: Tree, params: Mapping[str, str]) -> dict[str, dict[str, int]]:
+async def usages(tree: Tree, params: Mapping[str, str],
+                 counted: frozenset[str] = frozenset()) -> dict[str, dict[str, int]]:
     """Every child's usages by consumer type (1.38 shape: {type: {class: n,
     consumer_count: n}}) summed. Raises 503 naming the children that could not
-    say: a partial count would be wrong (quotas are counted with it)."""
+    say: a partial count would be wrong (quotas are counted with it).
+
+    Each zone is counted once, also one registered under two children (a
+    diamond): a child whose own id is in `counted` (zones the caller counts
+    elsewhere) or in the subtree of a child before it is not asked, and each
+    child asked is told which zones of its subtree (its summary's zone_ids)
+    are counted already, to leave them out in turn. A child whose summary is
+    not known yet is told only `counted`."""
+    kids = await tree.children()
+    seen = set(counted)
+    asked: list[Child] = []
+    told: dict[str, frozenset[str]] = {}
+    for c in kids:
+        ids = _zone_ids(tree.cache.get(c.name))
+        if ids and ids[0] in seen:
+            continue  # counted through another child, or by the caller
+        told[c.name] = frozenset(seen.intersection(ids)) if ids else counted
+        seen.update(ids)
+        asked.append(c)
     answers, missing = await _ask_all(tree, "/usages?" + urlencode(dict(params)), _Usages,
-                                      "usages")
+                                      "usages", kids=asked, told=told)
     if missing:
         raise _unavailable("usages of this zone's subtree", missing)
     total: dict[str, dict[str, int]] = {}
@@ -760,3 +786,10 @@ async def usages(tree: Tree, params: Mapping[str, str]) -> dict[str, dict[str, i
             for k, n in counts.items():
                 acc[k] = acc.get(k, 0) + n
     return total
+
+
+def _zone_ids(cached: Any) -> list[str]:
+    """A cached child summary's zone ids, its own first; [] if unknown."""
+    body = getattr(cached, "body", None)
+    ids = body.get("zone_ids") if isinstance(body, dict) else None
+    return [z for z in ids if isinstance(z, str)] if isinstance(ids, list) else []

@@ -40,7 +40,14 @@ import orjson
 
 from strato import logs, trace
 from strato.zone import wire
-from strato.zone.protocol import PATH_HEADER, ZONE_PROTOCOL, ZONE_URL_SCHEMES, is_loop, zone_url
+from strato.zone.protocol import (
+    COUNTED_HEADER,
+    PATH_HEADER,
+    ZONE_PROTOCOL,
+    ZONE_URL_SCHEMES,
+    is_loop,
+    zone_url,
+)
 
 # Zone-to-zone messages carry the protocol version, so mixed-version trees can
 # tell. Answers are asked for uncompressed: their size is what is bounded.
@@ -57,6 +64,10 @@ MAX_REPLY_BYTES = wire.MAX_BODY_BYTES
 ZONE_PATH: ContextVar[tuple[str, ...]] = ContextVar("strato_zone_path", default=())
 # Set by `unrouted`: calls carry no path at all.
 _UNROUTED: ContextVar[bool] = ContextVar("strato_unrouted", default=False)
+# Zones counted elsewhere (protocol.COUNTED_HEADER), for the call being made
+# (set per child call: zone/subtree.py `usages`).
+COUNTED: ContextVar[frozenset[str]] = ContextVar("strato_counted_zones",
+                                                 default=frozenset())
 # Distinct URLs whose syntax HttpTransport remembers having checked.
 _CHECKED_URLS = 1024
 
@@ -126,6 +137,9 @@ def _headers(token: str | None, version: str | None = None) -> dict[str, str]:
     path = ZONE_PATH.get()
     if path:
         out[PATH_HEADER] = ",".join(path)
+    counted = COUNTED.get()
+    if counted:
+        out[COUNTED_HEADER] = ",".join(sorted(counted))
     # The request's global id goes on: the caller's, or this zone's own id when
     # the caller sent none, so every zone's log lines of one request share it.
     first = logs.GLOBAL_REQUEST_ID.get()

@@ -77,6 +77,40 @@ def test_a_placement_in_a_diamond_goes_to_the_shared_zone_once(tmp_path: Path) -
     run(tmp_path, DIAMOND, scenario)
 
 
+def test_usages_count_a_zone_under_two_children_once(tmp_path: Path) -> None:
+    """GET /usages at root adds its children's usages up: x, below both a and
+    b, is counted through a only (b is told to leave it out), and b's own
+    zone, a child of a's further down, or a zone nobody shares still count."""
+    async def scenario(tree: InProcessTree) -> None:
+        await _diamond(tree)
+        await _host(tree.client("b"), "b-h0", vcpu=4)
+        for zone, host, vcpu in (("x", "x-h0", 2), ("a", "a-h0", 1), ("b", "b-h0", 3)):
+            c = tree.client(zone)
+            rp = (await c.get(f"/resource_providers?name={host}")).json()
+            (p,) = rp["resource_providers"]
+            r = await c.put(f"/allocations/{uuid.uuid4()}", json={
+                "allocations": {p["uuid"]: {"resources": {"VCPU": vcpu}}},
+                "project_id": "p", "user_id": "u", "consumer_generation": None,
+                "consumer_type": "INSTANCE"},
+                headers={"OpenStack-API-Version": "placement 1.38"})
+            assert r.status_code == 204, r.text
+        await _background_rounds(tree, ["x", "a", "b", "root"], 1)
+        r = await tree.client("root").get("/usages?project_id=p",
+                                          headers={"OpenStack-API-Version": "placement 1.9"})
+        assert r.status_code == 200, r.text
+        assert r.json()["usages"] == {"VCPU": 6}, r.text
+        r = await tree.client("root").get("/usages?project_id=p",
+                                          headers={"OpenStack-API-Version": "placement 1.38"})
+        assert r.status_code == 200, r.text
+        assert r.json()["usages"] == {"INSTANCE": {"VCPU": 6, "consumer_count": 3}}, r.text
+        # Each child alone still counts its whole subtree.
+        for zone, vcpu in (("a", 3), ("b", 5)):
+            r = await tree.client(zone).get(
+                "/usages?project_id=p", headers={"OpenStack-API-Version": "placement 1.9"})
+            assert r.json()["usages"] == {"VCPU": vcpu}, (zone, r.text)
+    run(tmp_path, DIAMOND, scenario)
+
+
 def test_registering_a_zone_above_this_one_as_its_child_is_409(tmp_path: Path) -> None:
     async def scenario(tree: InProcessTree) -> None:
         await tree.link()

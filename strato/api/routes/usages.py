@@ -16,7 +16,7 @@ from strato.api.responses import cache_headers, json_response
 from strato.model import errors
 from strato.store import providers
 from strato.store import usages as store
-from strato.zone import subtree
+from strato.zone import protocol, subtree
 
 router = APIRouter()
 
@@ -99,7 +99,8 @@ async def get_total_usages(request: Request) -> Response:
         # its children's databases (strato/zone/subtree.py).
         params = {"project_id": project_id, **({"user_id": user_id} if user_id else {}),
                   **({"consumer_type": consumer_type} if consumer_type else {})}
-        below = await subtree.usages(tree, params)
+        below = await subtree.usages(
+            tree, params, protocol.counted_zones(request.headers.get(protocol.COUNTED_HEADER)))
         body = _add_usages(body, below, by_type)
     return json_response(body, headers=_headers(v))
 
