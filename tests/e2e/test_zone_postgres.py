@@ -1,0 +1,128 @@
+"""A routing zone on PostgreSQL (a big zone's database) over two SQLite cells,
+real processes: the request ledger's promises hold there as on SQLite.
+Duplicates sent at once are placed once, a split request sent several times
+at once is placed once across both cells, and its cancel leaves nothing held.
+On PostgreSQL the reservation's insert waits for a concurrent transaction
+holding the same id, where SQLite serialises every writer."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from strato.process import ServerProcess
+from tests.e2e.test_zone_tree import TIMING, children, wait_for, zone
+from tests.helpers import api
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+
+@pytest.fixture
+def pg_tree(pg_db_url: str, tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
+    root = ServerProcess(pg_db_url, extra=["--zone", "root", *TIMING],
+                         log_path=tmp_path / "root.log").start()
+    procs = {"root": root}
+    try:
+        for name in ("dfw", "ord"):
+            procs[name] = zone(tmp_path, name, root, ["--location-prefix", name]).start()
+            with api.client(procs[name].url) as c:
+                for i in range(4):
+                    rp = api.make_provider(c, f"{name}-h{i}", {"VCPU": {"total": 8}})
+                    r = c.put(f"/strato/v1/providers/{rp}/meta",
+                              json={"location": f"{name}/room1/rack{i % 2}/h{i}",
+                                    "tags": []})
+                    assert r.status_code == 200, r.text
+        with api.client(root.url) as c:
+            wait_for(lambda: {k for k, v in children(c).items()
+                              if (v.get("summary") or {}).get("providers") == 4}
+                     == {"dfw", "ord"})
+        yield procs
+    finally:
+        for p in procs.values():
+            if p.proc and p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGCONT)
+            p.stop()
+
+
+def req(n: int, **kw: Any) -> dict[str, Any]:
+    return {"consumers": [str(uuid.uuid4()) for _ in range(n)], "project_id": "p",
+            "user_id": "u", "groups": [{"resources": {"VCPU": 8}}], **kw}
+
+
+def held(procs: dict[str, ServerProcess], consumer: str) -> list[str]:
+    """The cells whose own store holds allocations of `consumer`."""
+    out = []
+    for name in ("dfw", "ord"):
+        with api.client(procs[name].url) as c:
+            r = c.get(f"/allocations/{consumer}")
+            assert r.status_code == 200, r.text
+            if r.json()["allocations"]:
+                out.append(name)
+    return out
+
+
+def send_all(url: str, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
+    """Every body at once, one client each."""
+    def one(body: dict[str, Any]) -> httpx.Response:
+        with api.client(url) as c:
+            return c.post("/strato/v1/schedule", json=body, timeout=30)
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(one, bodies))
+
+
+def test_duplicates_at_a_postgresql_root_are_placed_once(
+        pg_tree: dict[str, ServerProcess]) -> None:
+    bodies = [req(1, request_id=f"pg-dup-{i}") for i in range(4)]
+    sends = [b for b in bodies for _ in range(3)]
+    answers = send_all(pg_tree["root"].url, sends)
+    by_id: dict[str, list[Any]] = {}
+    for b, r in zip(sends, answers, strict=True):
+        # A duplicate that waited past its time is told the request is in
+        # progress (409); every other answer is the first one's.
+        assert r.status_code in (200, 409), r.text
+        if r.status_code == 200:
+            by_id.setdefault(b["request_id"], []).append(
+                sorted((p["consumer_uuid"], p["zone"]) for p in r.json()["placements"]))
+    for b in bodies:
+        seen = by_id.get(b["request_id"], [])
+        assert seen and all(s == seen[0] for s in seen), (b["request_id"], seen)
+        assert len(held(pg_tree, b["consumers"][0])) == 1
+    # Eight hosts, four placed: the other four are still free.
+    with api.client(pg_tree["root"].url) as c:
+        r = c.post("/strato/v1/schedule", json=req(4))
+        assert r.status_code == 200, r.text
+
+
+def test_a_split_sent_three_times_at_once_then_cancelled_leaves_nothing(
+        pg_tree: dict[str, ServerProcess]) -> None:
+    body = req(2, request_id="pg-split", group="web",
+               constraints=[{"type": "anti_affinity", "level": "site"}])
+    answers = send_all(pg_tree["root"].url, [body] * 3)
+    placed = [r for r in answers if r.status_code == 200]
+    assert placed, [r.text for r in answers]
+    assert all(r.status_code in (200, 409) for r in answers), [r.text for r in answers]
+    first = sorted((p["consumer_uuid"], p["zone"]) for p in placed[0].json()["placements"])
+    assert {z.split("/")[1] for _, z in first} == {"dfw", "ord"}, first
+    for r in placed[1:]:
+        assert sorted((p["consumer_uuid"], p["zone"])
+                      for p in r.json()["placements"]) == first
+    for consumer in body["consumers"]:
+        assert len(held(pg_tree, consumer)) == 1
+    with api.client(pg_tree["root"].url) as c:
+        r = c.post("/strato/v1/requests/cancel", json={"request_id": "pg-split"})
+        assert r.status_code == 200, r.text
+        # Released in the cells, each asked once and confirming.
+        assert sorted(r.json()["forwarded"]) == ["dfw", "ord"], r.text
+        assert r.json()["deferred"] == [], r.text
+        # A retry of the cancelled request is refused, and places nothing.
+        r = c.post("/strato/v1/schedule", json=body)
+        assert r.status_code == 409, r.text
+    for consumer in body["consumers"]:
+        assert held(pg_tree, consumer) == []
