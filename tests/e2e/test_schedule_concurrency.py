@@ -257,3 +257,41 @@ def test_concurrent_hard_anti_affinity_holds(server: ServerProcess) -> None:
         doubled = {h: n for h, n in on_host.items() if n > 1}
         assert doubled == {}, f"group {g}: hosts with more than one member: {doubled}"
     assert len(out.placed) == len(GROUPS) * 16
+
+
+@pytest.mark.postgres
+def test_duplicates_across_two_worker_processes_are_placed_once(pg_db_url: str,
+                                                               tmp_path: Path) -> None:
+    """The same request id sent eight times at once to a zone of two worker
+    processes on one PostgreSQL database: nothing in memory is shared, so only
+    the database's reservation keeps it to one claim. Every 200 is the same
+    placement (a duplicate that waits past its time gets a 409 in progress)."""
+    with ServerProcess(pg_db_url, log_path=tmp_path / "server.log",
+                       extra=["--workers", "2"]) as server:
+        with api.client(server.url) as setup:
+            _hosts(setup, 4, vcpu=8)
+        bodies = [{**_request(2, 1), "request_id": f"w2-dup-{k}"} for k in range(4)]
+        sends = [b for b in bodies for _ in range(8)]
+
+        def one(body: dict[str, Any]) -> httpx.Response:
+            with api.client(server.url) as c:
+                return c.post("/strato/v1/schedule", json=body, timeout=60)
+        with ThreadPoolExecutor(len(sends)) as pool:
+            answers = list(pool.map(one, sends))
+        with api.client(server.url) as c:
+            for b in bodies:
+                got = [r for s, r in zip(sends, answers, strict=True) if s is b]
+                assert all(r.status_code in (200, 409) for r in got), [r.text for r in got]
+                placed = [sorted((p["consumer_uuid"], p["provider"])
+                                 for p in r.json()["placements"])
+                          for r in got if r.status_code == 200]
+                assert placed and all(p == placed[0] for p in placed), placed
+                for consumer, provider in placed[0]:
+                    allocs = c.get(f"/allocations/{consumer}").json()["allocations"]
+                    assert list(allocs) == [provider], allocs
+            # 4 requests of 2 one-VCPU instances on 32 VCPUs: 8 used, once each.
+            used = sum(c.get(f"/resource_providers/{rp}/usages").json()["usages"]
+                       .get("VCPU", 0)
+                       for rp in [p["uuid"] for p in
+                                  c.get("/resource_providers").json()["resource_providers"]])
+            assert used == 8
