@@ -413,6 +413,8 @@ def counted_zones(raw: str | None) -> frozenset[str]:
         return frozenset()
     ids = (z.strip() for z in raw.split(",", MAX_ZONE_IDS)[:MAX_ZONE_IDS])
     return frozenset(z for z in ids if _ZONE_ID.match(z))
+
+
 # Where a zone may be called: over HTTP(S), or inproc://name in an in-process
 # tree (strato/zone/inprocess.py).
 ZONE_URL_SCHEMES = ("http", "https", "inproc")
