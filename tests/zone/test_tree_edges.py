@@ -103,6 +103,11 @@ def test_usages_count_a_zone_under_two_children_once(tmp_path: Path) -> None:
                                           headers={"OpenStack-API-Version": "placement 1.38"})
         assert r.status_code == 200, r.text
         assert r.json()["usages"] == {"INSTANCE": {"VCPU": 6, "consumer_count": 3}}, r.text
+        # A client's header is not a parent's: it changes nothing.
+        r = await tree.client("root").get("/usages?project_id=p", headers={
+            "OpenStack-API-Version": "placement 1.9",
+            "x-strato-counted-zones": ",".join(tree.zone_tree(z).zone_id for z in "ab")})
+        assert r.json()["usages"] == {"VCPU": 6}, r.text
         # Each child alone still counts its whole subtree.
         for zone, vcpu in (("a", 3), ("b", 5)):
             r = await tree.client(zone).get(

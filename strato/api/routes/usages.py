@@ -99,8 +99,11 @@ async def get_total_usages(request: Request) -> Response:
         # its children's databases (strato/zone/subtree.py).
         params = {"project_id": project_id, **({"user_id": user_id} if user_id else {}),
                   **({"consumer_type": consumer_type} if consumer_type else {})}
-        below = await subtree.usages(
-            tree, params, protocol.counted_zones(request.headers.get(protocol.COUNTED_HEADER)))
+        # Zones counted elsewhere: only a parent zone says (its call carries
+        # the zone path); a client's header is not one.
+        counted = (protocol.counted_zones(request.headers.get(protocol.COUNTED_HEADER))
+                   if request.headers.get(protocol.PATH_HEADER) else frozenset())
+        below = await subtree.usages(tree, params, counted)
         body = _add_usages(body, below, by_type)
     return json_response(body, headers=_headers(v))
 
