@@ -299,6 +299,40 @@ def test_outage_answers_503_and_a_retry_after_healing_places(tmp_path: Path) -> 
     run(tmp_path, scenario)
 
 
+def test_no_refusal_is_kept_while_an_earlier_try_still_holds_the_room(tmp_path: Path
+                                                                        ) -> None:
+    """A try placed the request in dfw's room, its answer was lost and the
+    cancel of it did not get through (in doubt): what it placed still takes
+    the room until the cancel lands. A retry of the same id then found the
+    room full and was refused, and the refusal was kept: the request was
+    refused for good by its own leftovers (an outage kept as an answer). It is
+    a 503 until the leftovers are undone; then the retry places it."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        tree.lose_answers("dfw", "/strato/v1/schedule")
+        tree.delay("dfw", 3.0, "/strato/v1/requests/cancel")
+        b = req(3, vcpu=8, request_id="own-leftovers",
+                constraints=[{"type": "location", "pattern": "dfw/room1/*"}])
+        r = await root.post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        assert [await held_at(tree, c) for c in b["consumers"]] == [["dfw-r1"]] * 3
+        tree.revive("dfw")
+        tree.delay("dfw", 3.0, "/strato/v1/requests/cancel")
+        await asyncio.sleep(MAX_BACKOFF_S / 4)  # dfw's probe is due: it answers
+        r = await root.post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        # The cancels land; the in-doubt part is settled.
+        await tree.transport.settle()
+        tree.revive("dfw")
+        await tree.zone_tree("global").reconcile()
+        assert [await held_at(tree, c) for c in b["consumers"]] == [[]] * 3
+        r = await root.post("/strato/v1/schedule", json=b)
+        assert r.status_code == 200, r.text
+        assert [await held_at(tree, c) for c in b["consumers"]] == [["dfw-r1"]] * 3
+        invariants(tree, set(b["consumers"]))
+    run(tmp_path, scenario)
+
+
 def test_a_full_tree_is_a_definite_refusal_and_kept(tmp_path: Path) -> None:
     async def scenario(tree: InProcessTree) -> None:
         b = req(1, vcpu=64, request_id="too-big")
