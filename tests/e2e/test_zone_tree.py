@@ -307,3 +307,45 @@ def test_duplicates_of_a_divided_request_and_a_racing_cancel(
     assert placed, [r.text for r in answers]
     for p in placed[0]["placements"]:
         assert held_in(tree, p["consumer_uuid"]) == [p["zone"].split("/")[-1]]
+
+
+def test_a_mid_zone_killed_under_load_and_restarted_places_each_request_once(
+        tmp_path: Path, tree: dict[str, ServerProcess]) -> None:
+    """kill -9 of dfw (between the root and its cell) while requests pass
+    through it, then a restart on the same database: every request id its
+    client retries is placed once, where its answer says, and none is
+    refused (the tree has room: an outage is not an answer)."""
+    bodies = [req(request_id=f"kill-{i}-{uuid.uuid4()}",
+                  constraints=[{"type": "location", "pattern": "dfw/*"}] if i % 2 else [])
+              for i in range(16)]
+
+    def send(body: dict[str, Any]) -> int:
+        try:
+            with api.client(tree["global"].url, timeout=10) as c:
+                return c.post("/strato/v1/schedule", json=body).status_code
+        except httpx.HTTPError:
+            return 0
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.map(send, bodies)
+        time.sleep(0.2)
+        tree["dfw"].kill()
+        statuses = list(first)
+    tree["dfw"] = zone(tmp_path, "dfw", tree["global"], ["--location-prefix", "dfw"],
+                       port=tree["dfw"].port).start()
+    answers: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + 30
+    with api.client(tree["global"].url) as c:
+        for body, status in zip(bodies, statuses, strict=True):
+            while True:
+                r = c.post("/strato/v1/schedule", json=body)
+                assert r.status_code != 409, (status, r.text)
+                if r.status_code == 200:
+                    answers[body["request_id"]] = r.json()
+                    break
+                assert r.status_code == 503, r.text
+                assert time.monotonic() < deadline, r.text
+                time.sleep(0.3)
+    for body in bodies:
+        (p,) = answers[body["request_id"]]["placements"]
+        wait_for(lambda p=p: held_in(tree, p["consumer_uuid"])  # type: ignore[misc]
+                 == [p["zone"].split("/")[-1]])
