@@ -16,7 +16,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from strato.store.schema import in_doubt
+from strato.store.schema import in_doubt, request_parts
 from strato.store.util import insert_ignore, utcnow
 
 
@@ -49,6 +49,17 @@ def pending(conn: Connection, child: str | None = None, limit: int = 500) -> lis
                     consumers=tuple(orjson.loads(r.consumers)), reason=r.reason,
                     attempts=int(r.attempts), last_error=r.last_error)
             for r in conn.execute(q)]
+
+
+def of_request(conn: Connection, request_id: str) -> set[str]:
+    """The children where a part recorded under `request_id` (by any try of it)
+    is in doubt: what it placed there may still take room."""
+    rp = request_parts
+    q = (sa.select(in_doubt.c.child).distinct()
+         .join(rp, sa.and_(rp.c.part_id == in_doubt.c.request_id,
+                           rp.c.child == in_doubt.c.child))
+         .where(rp.c.request_id == request_id))
+    return set(conn.execute(q).scalars())
 
 
 def counts(conn: Connection) -> dict[str, int]:

@@ -146,6 +146,33 @@ def give_back(conn: Connection, request_id: str, attempt: str | None) -> None:
                                      else sr.c.attempt == attempt))
 
 
+def forget_released(conn: Connection, request_id: str, consumers: Sequence[str]) -> None:
+    """Held consumers of `request_id`'s placement here were released (their hold
+    expired, or the parent released them): its answer no longer names them, so
+    a late cancel of the request, by its part id, cannot remove what a later
+    request has placed for the same consumers since. A placement left with
+    none is cancelled: a repeat is refused, not told it holds something.
+    Only a placement of this zone's own (an answer with placements) changes:
+    a request still at work here undoes its holds itself."""
+    entry = lookup(conn, request_id)
+    if entry is None or entry.state != State.PLACED:
+        return
+    gone = set(consumers)
+    placements = [p for p in entry.body.get("placements", [])
+                  if str(p.get("consumer_uuid")) not in gone]
+    if len(placements) == len(entry.body.get("placements", [])):
+        return
+    if not placements:
+        finish(conn, request_id, State.CANCELLED, {
+            "detail": "its held placement was released before it was confirmed",
+            "cancelled_status": int(State.PLACED)})
+        return
+    body = {**entry.body, "placements": placements}
+    if isinstance(body.get("claimed"), list):
+        body["claimed"] = [c for c in body["claimed"] if c not in gone]
+    finish(conn, request_id, State.PLACED, body)
+
+
 def abandon(conn: Connection, request_id: str) -> bool:
     """Take over a reservation still placing (its deadline passed, or its
     worker died): True if this call did, and now owns undoing its parts."""

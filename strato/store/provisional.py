@@ -28,6 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from strato.store import ledger
 from strato.store.allocations import ConsumerClaim, claim
 from strato.store.schema import allocations, provisional_claims
 from strato.store.util import utcnow
@@ -113,8 +114,16 @@ def release(conn: Connection, consumers: Sequence[str]) -> list[str]:
 
 
 def _release(conn: Connection, consumers: Sequence[str]) -> None:
+    by_request: dict[str, list[str]] = {}
+    for c, rid in conn.execute(sa.select(pc.c.consumer_uuid, pc.c.request_id).where(
+            pc.c.consumer_uuid.in_(consumers), pc.c.request_id.is_not(None))):
+        by_request.setdefault(rid, []).append(c)
     claim(conn, [ConsumerClaim(c, {}) for c in consumers])
     conn.execute(sa.delete(pc).where(pc.c.consumer_uuid.in_(consumers)))
+    # The placement that held them no longer has them: a late cancel of it
+    # (by part id) must not remove what a later request places for them here.
+    for rid, gone in by_request.items():
+        ledger.forget_released(conn, rid, gone)
 
 
 def done(conn: Connection, consumers: Sequence[str]) -> None:

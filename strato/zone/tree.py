@@ -840,6 +840,9 @@ class ZoneTree:
             raise
         if answer is None:
             down = outage(outcomes)
+            if not down:
+                down = await self._leftovers(attempt.request_id, kids)
+                outcomes += down
             if down:
                 if not attempt.reserved and await self._read(
                         partial(ledger.lookup, request_id=attempt.request_id)) is not None:
@@ -859,6 +862,17 @@ class ZoneTree:
                 "what it claimed was undone", retry_after=0.0)
         await self._final(attempt, State.PLACED, answer)
         return await self._with_summary(req, answer)
+
+    async def _leftovers(self, request_id: str, kids: Sequence[Child]) -> list[Outcome]:
+        """The children where an earlier try of `request_id` left a part in doubt:
+        until it is cancelled there, what it placed takes room the request may
+        need, so a refusal now is no answer (an outage of that try)."""
+        if self._doubtful is not None and not self._doubtful:
+            return []  # nothing in doubt anywhere: the usual case, no read
+        found = await self._read(partial(in_doubt.of_request, request_id=request_id))
+        return [Outcome(c.name, Result.IN_DOUBT, "an earlier try of this request may "
+                        "still hold room there: it is cancelled when the zone answers again")
+                for c in kids if c.name in found]
 
     async def _final(self, attempt: Attempt, state: State, body: dict[str, Any]) -> None:
         """Write the attempt's answer, once, over its reservation (made now if no

@@ -8,6 +8,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +253,99 @@ def test_no_zone_is_its_own_child_and_a_cycle_does_not_storm(tmp_path: Path) -> 
     finally:
         a.stop()
         b.stop()
+
+
+def held_in(tree: dict[str, ServerProcess], consumer: str) -> list[str]:
+    """The zones whose own store holds allocations of `consumer` (each asked
+    for its own providers' allocations: routing zones have none here)."""
+    out = []
+    for name in ("dfw-r1", "ord"):
+        with api.client(tree[name].url) as c:
+            for rp in c.get("/resource_providers").json()["resource_providers"]:
+                got = c.get(f"/resource_providers/{rp['uuid']}/allocations").json()
+                if consumer in got["allocations"]:
+                    out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("cancel_after", [None, 0.0, 0.15])
+def test_duplicates_of_a_divided_request_and_a_racing_cancel(
+        tree: dict[str, ServerProcess], cancel_after: float | None) -> None:
+    """Six copies of one request id at once at the root of three levels, the
+    request divided between dfw (through its cell) and ord (one instance per
+    site), and the client's cancel racing them: each consumer is held once at
+    most, and nothing at all once the cancel answered."""
+    body = req(request_id=f"dup-{uuid.uuid4()}", group=f"g-{uuid.uuid4().hex[:8]}",
+               consumers=[str(uuid.uuid4()) for _ in range(2)],
+               constraints=[{"type": "anti_affinity", "level": "site"}])
+    url = tree["global"].url
+
+    def send() -> httpx.Response:
+        with api.client(url) as c:
+            return c.post("/strato/v1/schedule", json=body)
+
+    def cancel() -> httpx.Response:
+        assert cancel_after is not None
+        time.sleep(cancel_after)
+        with api.client(url) as c:
+            return c.post("/strato/v1/requests/cancel",
+                          json={"request_id": body["request_id"]})
+    with ThreadPoolExecutor(7) as pool:
+        sent = [pool.submit(send) for _ in range(6)]
+        cancelled = pool.submit(cancel) if cancel_after is not None else None
+        answers = [f.result() for f in sent]
+    for r in answers:
+        assert r.status_code in (200, 409, 503), r.text
+    placed = [r.json() for r in answers if r.status_code == 200]
+    # Every 200 says the same (the first's answer, replayed).
+    assert len({str(sorted((p["consumer_uuid"], p["zone"]) for p in a["placements"]))
+                for a in placed}) <= 1
+    if cancelled is not None:
+        assert cancelled.result().status_code == 200, cancelled.result().text
+        wait_for(lambda: all(held_in(tree, c) == [] for c in body["consumers"]))
+        return
+    assert placed, [r.text for r in answers]
+    for p in placed[0]["placements"]:
+        assert held_in(tree, p["consumer_uuid"]) == [p["zone"].split("/")[-1]]
+
+
+def test_a_mid_zone_killed_under_load_and_restarted_places_each_request_once(
+        tmp_path: Path, tree: dict[str, ServerProcess]) -> None:
+    """kill -9 of dfw (between the root and its cell) while requests pass
+    through it, then a restart on the same database: every request id its
+    client retries is placed once, where its answer says, and none is
+    refused (the tree has room: an outage is not an answer)."""
+    bodies = [req(request_id=f"kill-{i}-{uuid.uuid4()}",
+                  constraints=[{"type": "location", "pattern": "dfw/*"}] if i % 2 else [])
+              for i in range(16)]
+
+    def send(body: dict[str, Any]) -> int:
+        try:
+            with api.client(tree["global"].url, timeout=10) as c:
+                return c.post("/strato/v1/schedule", json=body).status_code
+        except httpx.HTTPError:
+            return 0
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.map(send, bodies)
+        time.sleep(0.2)
+        tree["dfw"].kill()
+        statuses = list(first)
+    tree["dfw"] = zone(tmp_path, "dfw", tree["global"], ["--location-prefix", "dfw"],
+                       port=tree["dfw"].port).start()
+    answers: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + 30
+    with api.client(tree["global"].url) as c:
+        for body, status in zip(bodies, statuses, strict=True):
+            while True:
+                r = c.post("/strato/v1/schedule", json=body)
+                assert r.status_code != 409, (status, r.text)
+                if r.status_code == 200:
+                    answers[body["request_id"]] = r.json()
+                    break
+                assert r.status_code == 503, r.text
+                assert time.monotonic() < deadline, r.text
+                time.sleep(0.3)
+    for body in bodies:
+        (p,) = answers[body["request_id"]]["placements"]
+        wait_for(lambda p=p: held_in(tree, p["consumer_uuid"])  # type: ignore[misc]
+                 == [p["zone"].split("/")[-1]])

@@ -222,6 +222,60 @@ def test_a_second_cancel_of_a_split_leaves_a_later_placement_of_its_consumer_alo
     run(tmp_path, scenario)
 
 
+def test_a_late_cancel_of_a_held_part_that_was_released_leaves_a_later_claim_alone(
+        tmp_path: Path) -> None:
+    """A cell held a share of a divided request; the hold expired (its parent
+    never confirmed it: cut off, or its answer lost), or the parent released
+    it. The retry placed the same consumer there again, under a new part;
+    then the parent's cancel of the first part (in doubt, sent when the cell
+    answers again) came: it removed the new part's allocations, an
+    acknowledged placement lost. A released hold is no longer the part's to
+    undo."""
+    async def scenario(tree: InProcessTree) -> None:
+        cell = tree.client("dfw-r1")
+        live: set[str] = set()
+        for how in ("expired", "released"):
+            plan = await cell.post("/strato/v1/explain", json=req(1))
+            p = plan.json()["placements"][0]
+            consumer = p["consumer_uuid"]
+            claim = {"project_id": "p", "user_id": "u", "hold_ttl": 0.2,
+                     "request_id": f"{how}@dfw#00000001",
+                     "placements": [{"consumer_uuid": consumer,
+                                     "allocations": p["allocations"]}]}
+            r = await cell.post("/strato/v1/claims", json=claim)
+            assert r.status_code == 200, r.text
+            if how == "expired":
+                deadline = time.monotonic() + 5
+                while await held_at(tree, consumer):
+                    assert time.monotonic() < deadline, "the hold never expired"
+                    await asyncio.sleep(0.1)
+                    await tree.zone_tree("dfw-r1").recover()
+            else:
+                r = await cell.post("/strato/v1/claims/release",
+                                    json={"consumers": [consumer]})
+                assert r.json()["released"] == [consumer], r.text
+            assert await held_at(tree, consumer) == []
+            # The retry: the same consumer, a new part, confirmed.
+            again = {**claim, "request_id": f"{how}@dfw#00000002"}
+            r = await cell.post("/strato/v1/claims", json=again)
+            assert r.status_code == 200, r.text
+            r = await cell.post("/strato/v1/claims/confirm", json={"consumers": [consumer]})
+            assert r.status_code == 200, r.text
+            # The first part's cancel, late (twice: a reconcile repeats it).
+            for _ in range(2):
+                r = await cell.post("/strato/v1/requests/cancel",
+                                    json={"request_id": claim["request_id"]})
+                assert r.status_code == 200, r.text
+                assert r.json()["released"] == [], r.json()
+            assert await held_at(tree, consumer) == ["dfw-r1"]
+            # A repeat of the first part is not told it holds anything.
+            r = await cell.post("/strato/v1/claims", json=claim)
+            assert r.status_code == 409, r.text
+            live.add(consumer)
+            invariants(tree, live)
+    run(tmp_path, scenario)
+
+
 # -- finding 4: an outage is not an answer ----------------------------------------------
 
 def test_outage_answers_503_and_a_retry_after_healing_places(tmp_path: Path) -> None:
@@ -242,6 +296,40 @@ def test_outage_answers_503_and_a_retry_after_healing_places(tmp_path: Path) -> 
         r = await tree.client("global").post("/strato/v1/schedule", json=b)
         assert r.status_code == 200, r.text
         assert r.json().get("replayed") is not True
+    run(tmp_path, scenario)
+
+
+def test_no_refusal_is_kept_while_an_earlier_try_still_holds_the_room(tmp_path: Path
+                                                                        ) -> None:
+    """A try placed the request in dfw's room, its answer was lost and the
+    cancel of it did not get through (in doubt): what it placed still takes
+    the room until the cancel lands. A retry of the same id then found the
+    room full and was refused, and the refusal was kept: the request was
+    refused for good by its own leftovers (an outage kept as an answer). It is
+    a 503 until the leftovers are undone; then the retry places it."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        tree.lose_answers("dfw", "/strato/v1/schedule")
+        tree.delay("dfw", 3.0, "/strato/v1/requests/cancel")
+        b = req(3, vcpu=8, request_id="own-leftovers",
+                constraints=[{"type": "location", "pattern": "dfw/room1/*"}])
+        r = await root.post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        assert [await held_at(tree, c) for c in b["consumers"]] == [["dfw-r1"]] * 3
+        tree.revive("dfw")
+        tree.delay("dfw", 3.0, "/strato/v1/requests/cancel")
+        await asyncio.sleep(MAX_BACKOFF_S / 4)  # dfw's probe is due: it answers
+        r = await root.post("/strato/v1/schedule", json=b)
+        assert r.status_code == 503, r.text
+        # The cancels land; the in-doubt part is settled.
+        await tree.transport.settle()
+        tree.revive("dfw")
+        await tree.zone_tree("global").reconcile()
+        assert [await held_at(tree, c) for c in b["consumers"]] == [[]] * 3
+        r = await root.post("/strato/v1/schedule", json=b)
+        assert r.status_code == 200, r.text
+        assert [await held_at(tree, c) for c in b["consumers"]] == [["dfw-r1"]] * 3
+        invariants(tree, set(b["consumers"]))
     run(tmp_path, scenario)
 
 
