@@ -144,8 +144,11 @@ def create_app(settings: Settings, *, db: Database | None = None,
         if db is None:
             database.dispose()
 
+    # redirect_slashes=False: Placement answers a path with a trailing slash
+    # 404; a redirect would send the method and body on to a URL built from
+    # the client's Host header.
     app = FastAPI(title="Strato", version=strato.__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None, **_telemetry_off(),
+                  docs_url=None, redoc_url=None, redirect_slashes=False, **_telemetry_off(),
                   dependencies=[Depends(_json_accepted)],
                   description="Distributed, hierarchical resource scheduler and placement "
                               "service with an OpenStack Placement compatible API.")

@@ -48,6 +48,23 @@ def test_unknown_route_and_method(client: TestClient) -> None:
     assert r.json()["errors"][0]["title"] == "Method Not Allowed"
 
 
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "DELETE"])
+@pytest.mark.parametrize("path", ["/resource_providers/", "/traits/", "/usages/?project_id=p",
+                                  "/resource_providers/7c6f9bb6-0d9e-4b0b-9d6a-43f1d3c2a1b4/",
+                                  "/strato/v1/summary/"])
+def test_a_trailing_slash_is_404_not_a_redirect(client: TestClient, method: str,
+                                                path: str) -> None:
+    # Placement's routes match no path with a trailing slash (404). A redirect
+    # (Starlette's default) sent the client, body and method included, to a
+    # URL built from its Host header.
+    r = client.request(method, path, headers={"host": "elsewhere.example"},
+                       json={"name": "x"} if method in ("POST", "PUT") else None,
+                       follow_redirects=False)
+    assert r.status_code == 404
+    assert "location" not in r.headers
+    assert r.json()["errors"][0]["status"] == 404
+
+
 def test_too_large_body_is_413_and_changes_nothing(sqlite_database: Database) -> None:
     app = create_app(Settings(db_url=sqlite_database.url, max_body_bytes=1024),
                      db=sqlite_database, migrate=False)
