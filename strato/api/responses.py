@@ -4,6 +4,7 @@ asks for."""
 from __future__ import annotations
 
 import html
+import re
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -49,6 +50,22 @@ def _quality(offer: str, ranges: list[tuple[str, float]]) -> float:
     return best[1]
 
 
+# RFC 7231's Accept grammar, as webob checks it (webob.acceptparse): Placement
+# reads a header that does not match it as no header at all.
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_QUOTED = r'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
+_OWS = r"[ \t]*"
+_VALUE = f"(?:{_TOKEN}|{_QUOTED})"
+_RANGE = (f"{_TOKEN}/{_TOKEN}(?:{_OWS};{_OWS}(?![qQ]=){_TOKEN}={_VALUE})*"
+          f"(?:{_OWS};{_OWS}[qQ]=(?:0(?:\\.[0-9]{{0,3}})?|1(?:\\.0{{0,3}})?)"
+          f"(?:{_OWS};{_OWS}{_TOKEN}(?:={_VALUE})?)*)?")
+_ACCEPT = re.compile(f"^(?:$)|(?:(?:,|{_RANGE})(?:{_OWS},(?:{_OWS}{_RANGE})?)*)$")
+
+
+def valid_accept(accept: str) -> bool:
+    return _ACCEPT.match(accept) is not None
+
+
 def accept_ranges(accept: str) -> list[tuple[str, float]]:
     """An Accept header's media ranges with their q (an unreadable q is 0)."""
     ranges: list[tuple[str, float]] = []
@@ -73,6 +90,8 @@ def error_media_type(accept: str | None) -> str:
     with the highest q (in that order on a tie); plain text when none is."""
     if not accept or accept.strip() == "*/*":
         return "application/json"
+    if not valid_accept(accept):
+        return "text/html"  # webob: every format acceptable, its first one
     ranges = accept_ranges(accept)
     scored = [(_quality(offer, ranges), -i, offer) for i, offer in enumerate(_ERROR_FORMATS)]
     q, _, offer = max(scored)
