@@ -35,8 +35,9 @@ def error_body(status: int, title: str, detail: str, code: str, request_id: str 
                         "request_id": request_id}]}
 
 
-# The formats an error can take, in webob's order of preference on a tie.
-_ERROR_FORMATS = ("text/plain", "text/html", "application/json")
+# The formats webob offers for an error, in its order of preference on a tie
+# (exc.WSGIHTTPException.generate_response); plain text when neither is acceptable.
+_ERROR_FORMATS = ("text/html", "application/json")
 
 
 def _quality(offer: str, ranges: list[tuple[str, float]]) -> float:
@@ -86,8 +87,8 @@ def accept_ranges(accept: str) -> list[tuple[str, float]]:
 
 def error_media_type(accept: str | None) -> str:
     """The format of an error body, chosen as Placement (webob) chooses it: JSON when
-    `Accept` is absent or `*/*`, else the acceptable one of plain text, HTML and JSON
-    with the highest q (in that order on a tie); plain text when none is."""
+    `Accept` is absent or `*/*`, else the acceptable one of HTML and JSON with the
+    highest q (in that order on a tie); plain text when neither is."""
     if not accept or accept.strip() == "*/*":
         return "application/json"
     if not valid_accept(accept):

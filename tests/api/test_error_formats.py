@@ -16,7 +16,12 @@ from strato.api.responses import error_media_type
     ("text/plain", "text/plain"),
     ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", "text/html"),
     ("application/json;q=0.5,text/html;q=0.4", "application/json"),
-    ("text/*", "text/plain"),
+    # webob offers HTML and JSON only (in that order on a tie), and plain
+    # text when neither is acceptable.
+    ("text/*", "text/html"),
+    ("*/*;q=0.5", "text/html"),
+    ("text/plain,text/html;q=0.1", "text/html"),
+    ("text/plain,application/*;q=0.1", "application/json"),
     ("image/png", "text/plain"),
     # Not RFC 7231's grammar (a q that is no qvalue, a range without a '/'):
     # webob disregards such a header and offers its first format, HTML.
