@@ -6,7 +6,7 @@ import uuid as uuidlib
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -37,17 +37,22 @@ router = APIRouter()
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
 
 
-class CreateProvider(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=200)
-    uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
-    parent_provider_uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
-
-
 class CreateProviderV1_0(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=200)
+    # Left out: a new uuid. Sent, a string (Placement's schema: a null is a 400).
     uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
+
+    @field_validator("uuid", mode="before")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("None is not of type 'string'")
+        return value
+
+
+class CreateProvider(CreateProviderV1_0):
+    parent_provider_uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
 
 
 class UpdateProvider(BaseModel):
