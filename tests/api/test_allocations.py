@@ -404,3 +404,12 @@ def test_admin_only(client: TestClient) -> None:
     assert client.put(f"/allocations/{c}", json={}, headers=user).status_code == 403
     assert client.post("/allocations", json={}, headers=user).status_code == 403
     assert client.delete(f"/allocations/{c}", headers=user).status_code == 403
+
+
+def test_deleting_a_consumer_that_is_no_uuid_is_404(any_client: TestClient) -> None:
+    # No such consumer can hold allocations (a PUT takes uuids only): 404, as
+    # Placement answers, and no query (a NUL byte made PostgreSQL refuse it: 500).
+    for consumer in ("%00", "not-a-uuid", "a%00b"):
+        r = any_client.delete(f"/allocations/{consumer}")
+        assert r.status_code == 404, (consumer, r.text)
+        assert r.json()["errors"][0]["detail"].startswith("No allocations for consumer")

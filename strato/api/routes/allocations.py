@@ -369,10 +369,13 @@ async def _delete_here(request: Request, key: str) -> bool:
 @router.delete("/allocations/{consumer_uuid}")
 async def delete_allocations(request: Request, consumer_uuid: str) -> Response:
     deps.authorize(request, "placement:allocations:delete")
-    key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
+    if not query.is_uuid(consumer_uuid):
+        # Every write takes uuids only: nothing to look for (and a NUL byte
+        # is a query PostgreSQL refuses).
+        raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
+    key = canonical_uuid(consumer_uuid)
     # Below first (it may fail, 503, with nothing here deleted), then here.
-    below = bool(query.is_uuid(key) and (tree := await _below(request))
-                 and await subtree.delete_consumer(tree, key))
+    below = bool((tree := await _below(request)) and await subtree.delete_consumer(tree, key))
     here = await _delete_here(request, key)
     if not (here or below):
         raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
