@@ -77,6 +77,5 @@ async def reshape(request: Request) -> Response:
     claims = [to_claim(canonical_uuid(c), validate_consumer(model, c, b), post=True)
               for c, b in body.allocations.root.items()]
     inventories = _inventories(body)
-    with deps.db(request).write() as conn:
-        store.reshape(conn, inventories, claims)
+    await deps.write(request, lambda conn: store.reshape(conn, inventories, claims))
     return Response(status_code=204)

@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy.engine import Connection
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -102,9 +103,8 @@ async def create_resource_provider(request: Request) -> Response:
     body: CreateProvider | CreateProviderV1_0 = await read_model(
         request, CreateProvider if v >= V1_14 else CreateProviderV1_0)
     parent = getattr(body, "parent_provider_uuid", None)
-    with deps.db(request).write() as conn:
-        p = store.create_provider(conn, name=body.name, uuid=_canonical(body.uuid),
-                                  parent_uuid=_canonical(parent))
+    p = await deps.write(request, lambda conn: store.create_provider(
+        conn, name=body.name, uuid=_canonical(body.uuid), parent_uuid=_canonical(parent)))
     location = {"location": f"/resource_providers/{p.uuid}"}
     if v >= V1_20:
         headers = {**location, **(_headers(v, p) or {})}
@@ -127,13 +127,15 @@ async def update_resource_provider(request: Request, uuid: str) -> Response:
     v = version(request)
     data: UpdateProvider | UpdateProviderV1_0 = await read_model(
         request, UpdateProvider if v >= V1_14 else UpdateProviderV1_0)
-    with deps.db(request).write() as conn:
+
+    def job(conn: Connection) -> store.Provider:
         current = store.get_provider(conn, uuid)
         parent = current.parent_provider_uuid
         if "parent_provider_uuid" in data.model_fields_set:
             parent = _canonical(getattr(data, "parent_provider_uuid", None))
-        p = store.update_provider(conn, uuid, name=data.name, parent_uuid=parent,
-                                  allow_reparent=v >= V1_37)
+        return store.update_provider(conn, uuid, name=data.name, parent_uuid=parent,
+                                     allow_reparent=v >= V1_37)
+    p = await deps.write(request, job)
     return json_response(serialize(p, v), headers=_headers(v, p))
 
 
