@@ -71,10 +71,16 @@ def _allowed(app: FastAPI, request: Request) -> list[str]:
     return found
 
 
+# Strato's pages that are no JSON (Prometheus text, HTML): served whatever
+# the Accept header says, as their clients (scrapers, browsers) expect.
+_NOT_JSON = frozenset({"/metrics", "/ui", "/docs"})
+
+
 async def _json_accepted(request: Request) -> None:
     """As Placement's GET handlers: 406 unless the Accept header allows JSON
     (an unknown path is still a 404, and other methods do not look)."""
-    if request.method in ("GET", "HEAD") and not accepts_json(request.headers.get("accept")):
+    if (request.method in ("GET", "HEAD") and request.url.path not in _NOT_JSON
+            and not accepts_json(request.headers.get("accept"))):
         raise errors.NotAcceptable("Only application/json is provided")
 
 

@@ -120,3 +120,23 @@ def test_a_malformed_version_is_400(client: TestClient, value: str) -> None:
     r = client.get("/resource_providers",
                    headers={"openstack-api-version": "compute 2.1, placement 1.5"})
     assert r.headers["openstack-api-version"] == "placement 1.5"
+
+
+@pytest.mark.parametrize(("path", "accept", "media"), [
+    ("/metrics", "text/plain", "text/plain"),
+    ("/metrics", "text/plain;version=0.0.4", "text/plain"),
+    ("/ui", "text/html", "text/html"),
+    ("/docs", "text/html", "text/html"),
+])
+def test_a_page_that_is_no_json_is_served_to_a_client_that_accepts_what_it_is(
+        client: TestClient, path: str, accept: str, media: str) -> None:
+    # Placement's 406 ("Only application/json is provided") is for its JSON
+    # routes; these pages are Prometheus text and HTML.
+    r = client.get(path, headers={"accept": accept})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith(media)
+
+
+def test_a_json_route_still_refuses_a_client_that_takes_no_json(client: TestClient) -> None:
+    assert client.get("/healthz", headers={"accept": "text/plain"}).status_code == 406
+    assert client.get("/resource_providers", headers={"accept": "text/html"}).status_code == 406
