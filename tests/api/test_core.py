@@ -122,6 +122,23 @@ def test_a_malformed_version_is_400(client: TestClient, value: str) -> None:
     assert r.headers["openstack-api-version"] == "placement 1.5"
 
 
+@pytest.mark.parametrize(("value", "status", "served"), [
+    ("placement LATEST", 400, None),  # 'latest' is lower case only
+    ("placement 1.-1", 406, None),    # a version, just not one there is
+    ("placement 1.+5", 200, "placement 1.5"),
+    ("placement 01.05", 200, "placement 1.5"),
+])
+def test_a_version_is_read_as_microversion_parse_reads_it(client: TestClient, value: str,
+                                                          status: int, served: str | None
+                                                          ) -> None:
+    """Placement's reading: 'latest', or two parts that Python's int() takes
+    (then 406 unless it is a version there is); anything else is a 400."""
+    r = client.get("/resource_providers", headers={"openstack-api-version": value})
+    assert r.status_code == status, r.text
+    if served:
+        assert r.headers["openstack-api-version"] == served
+
+
 @pytest.mark.parametrize(("path", "accept", "media"), [
     ("/metrics", "text/plain", "text/plain"),
     ("/metrics", "text/plain;version=0.0.4", "text/plain"),
