@@ -92,6 +92,18 @@ def test_a_header_flood_is_431_and_memory_stays_flat(server: ServerProcess) -> N
     assert quick_root(server) < 1
 
 
+def test_a_request_line_past_the_head_limit_is_414(server: ServerProcess) -> None:
+    # The URL alone is too long (a query of 100 KiB): 414 URI Too Long, as a
+    # web server in front of Placement answers, not 431 about header fields.
+    sock = connect(server)
+    query = "&".join(f"resources{i}=VCPU:1" for i in range(5000)).encode()
+    sock.sendall(b"GET /allocation_candidates?" + query + b" HTTP/1.1\r\nhost: x\r\n\r\n")
+    raw = answer(sock)
+    assert status(raw) == 414, raw[:200]
+    assert b'"status": 414' in raw
+    assert quick_root(server) < 1
+
+
 def test_too_many_header_lines_are_431(server: ServerProcess) -> None:
     sock = connect(server)
     sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n"
