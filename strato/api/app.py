@@ -71,10 +71,16 @@ def _allowed(app: FastAPI, request: Request) -> list[str]:
     return found
 
 
+# Strato's pages that are no JSON (Prometheus text, HTML): served whatever
+# the Accept header says, as their clients (scrapers, browsers) expect.
+_NOT_JSON = frozenset({"/metrics", "/ui", "/docs"})
+
+
 async def _json_accepted(request: Request) -> None:
     """As Placement's GET handlers: 406 unless the Accept header allows JSON
     (an unknown path is still a 404, and other methods do not look)."""
-    if request.method in ("GET", "HEAD") and not accepts_json(request.headers.get("accept")):
+    if (request.method in ("GET", "HEAD") and request.url.path not in _NOT_JSON
+            and not accepts_json(request.headers.get("accept"))):
         raise errors.NotAcceptable("Only application/json is provided")
 
 
@@ -144,8 +150,11 @@ def create_app(settings: Settings, *, db: Database | None = None,
         if db is None:
             database.dispose()
 
+    # redirect_slashes=False: Placement answers a path with a trailing slash
+    # 404; a redirect would send the method and body on to a URL built from
+    # the client's Host header.
     app = FastAPI(title="Strato", version=strato.__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None, **_telemetry_off(),
+                  docs_url=None, redoc_url=None, redirect_slashes=False, **_telemetry_off(),
                   dependencies=[Depends(_json_accepted)],
                   description="Distributed, hierarchical resource scheduler and placement "
                               "service with an OpenStack Placement compatible API.")

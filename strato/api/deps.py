@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy.engine import Connection
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from strato.api import policy
@@ -10,10 +15,23 @@ from strato.api.policy import PolicyMode
 from strato.model import errors
 from strato.store.db import Database
 
+T = TypeVar("T")
+
 
 def db(request: Request) -> Database:
     database: Database = request.app.state.db
     return database
+
+
+async def write(request: Request, job: Callable[[Connection], T]) -> T:
+    """`job` in a write transaction, in a worker thread (as a `def` route runs):
+    a write may wait, for SQLite's lock held by another process or for
+    PostgreSQL's row locks held by another worker, and the event loop, which
+    answers every other request, must not wait with it."""
+    def run() -> T:
+        with db(request).write() as conn:
+            return job(conn)
+    return await run_in_threadpool(run)
 
 
 def context(request: Request) -> Context:

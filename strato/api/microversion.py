@@ -108,12 +108,13 @@ def parse(headers: dict[str, str]) -> Version:
         value = headers[LEGACY_HEADER].strip()
     if value is None:
         return MIN_VERSION
-    if value.lower() == "latest":
+    # As microversion-parse reads it: 'latest' (lower case only), else two
+    # parts Python's int() takes ('1.+5' is 1.5), else a 400; a version that
+    # is not one of ours (1.-1 too) is a 406.
+    if value == "latest":
         return MAX_VERSION
     try:
-        major_s, minor_s = value.split(".")
-        if not (major_s.isdigit() and minor_s.isdigit()):
-            raise ValueError(value)
+        major_s, minor_s = value.split(".", 1)
         want = Version(int(major_s), int(minor_s))
     except ValueError:
         raise errors.BadRequest(

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strato import logs
 from strato.api import microversion
 from strato.api.auth import CONTEXT_KEY, AuthStrategy
-from strato.api.responses import REQUEST_ID_KEY, accept_ranges, error_response
+from strato.api.responses import REQUEST_ID_KEY, accept_ranges, error_response, valid_accept
 from strato.model import errors
 from strato.zone.protocol import MAX_PATH, PATH_HEADER
 from strato.zone.transport import COUNTED, ZONE_PATH
@@ -52,8 +52,9 @@ def basic_token(headers: dict[str, str]) -> None:
 
 def accepts_json(accept: str | None) -> bool:
     """Whether an Accept header allows application/json (as Placement checks it:
-    application/json, application/* or */* with a q above 0; no header: yes)."""
-    if not accept or not accept.strip():
+    application/json, application/* or */* with a q above 0; no header, or one
+    out of RFC 7231's grammar, which webob disregards: yes)."""
+    if not accept or not accept.strip() or not valid_accept(accept):
         return True
     return any(q > 0 and media in ("application/json", "application/*", "*/*")
                for media, q in accept_ranges(accept))

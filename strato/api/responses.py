@@ -4,6 +4,7 @@ asks for."""
 from __future__ import annotations
 
 import html
+import re
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -34,8 +35,9 @@ def error_body(status: int, title: str, detail: str, code: str, request_id: str 
                         "request_id": request_id}]}
 
 
-# The formats an error can take, in webob's order of preference on a tie.
-_ERROR_FORMATS = ("text/plain", "text/html", "application/json")
+# The formats webob offers for an error, in its order of preference on a tie
+# (exc.WSGIHTTPException.generate_response); plain text when neither is acceptable.
+_ERROR_FORMATS = ("text/html", "application/json")
 
 
 def _quality(offer: str, ranges: list[tuple[str, float]]) -> float:
@@ -47,6 +49,22 @@ def _quality(offer: str, ranges: list[tuple[str, float]]) -> float:
         if rank > best[0]:
             best = (rank, q)
     return best[1]
+
+
+# RFC 7231's Accept grammar, as webob checks it (webob.acceptparse): Placement
+# reads a header that does not match it as no header at all.
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_QUOTED = r'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
+_OWS = r"[ \t]*"
+_VALUE = f"(?:{_TOKEN}|{_QUOTED})"
+_RANGE = (f"{_TOKEN}/{_TOKEN}(?:{_OWS};{_OWS}(?![qQ]=){_TOKEN}={_VALUE})*"
+          f"(?:{_OWS};{_OWS}[qQ]=(?:0(?:\\.[0-9]{{0,3}})?|1(?:\\.0{{0,3}})?)"
+          f"(?:{_OWS};{_OWS}{_TOKEN}(?:={_VALUE})?)*)?")
+_ACCEPT = re.compile(f"^(?:$)|(?:(?:,|{_RANGE})(?:{_OWS},(?:{_OWS}{_RANGE})?)*)$")
+
+
+def valid_accept(accept: str) -> bool:
+    return _ACCEPT.match(accept) is not None
 
 
 def accept_ranges(accept: str) -> list[tuple[str, float]]:
@@ -69,10 +87,12 @@ def accept_ranges(accept: str) -> list[tuple[str, float]]:
 
 def error_media_type(accept: str | None) -> str:
     """The format of an error body, chosen as Placement (webob) chooses it: JSON when
-    `Accept` is absent or `*/*`, else the acceptable one of plain text, HTML and JSON
-    with the highest q (in that order on a tie); plain text when none is."""
+    `Accept` is absent or `*/*`, else the acceptable one of HTML and JSON with the
+    highest q (in that order on a tie); plain text when neither is."""
     if not accept or accept.strip() == "*/*":
         return "application/json"
+    if not valid_accept(accept):
+        return "text/html"  # webob: every format acceptable, its first one
     ranges = accept_ranges(accept)
     scored = [(_quality(offer, ranges), -i, offer) for i, offer in enumerate(_ERROR_FORMATS)]
     q, _, offer = max(scored)

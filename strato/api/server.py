@@ -8,8 +8,9 @@ at all. `GuardedHttp` is uvicorn's httptools protocol with Placement-like
 bounds in front of the parser:
 
 * a request head (request line and headers) of at most `max_header_bytes`,
-  and at most `max_headers` header lines: otherwise 431, and the connection
-  is closed before the parser buffers more;
+  and at most `max_headers` header lines: otherwise 431 (414 when the request
+  line alone, the URL, is past the limit), and the connection is closed
+  before the parser buffers more;
 * a head must arrive within `header_timeout` seconds of its first byte (or
   of the connection: a connection that sends nothing is closed too): 408;
 * a body must keep coming: `body_timeout` seconds without a byte of a body
@@ -91,6 +92,7 @@ class GuardedHttp(HttpToolsProtocol):
         self._header_lines = 0
         self._tail = b""
         self._too_big = False
+        self._line_done = False  # the request line of this head has ended
         self._timer: asyncio.TimerHandle | None = None
         self._arm(self.limits.header_timeout)
 
@@ -129,8 +131,17 @@ class GuardedHttp(HttpToolsProtocol):
                 # A head has header_timeout from its first byte (a kept-alive
                 # connection's next request too).
                 self._arm(self.limits.header_timeout)
+            # Where the request line ends, counted in the head's bytes.
+            room = self.limits.max_header_bytes - self._head_bytes
+            newline = -1 if self._line_done else data.find(b"\n")
+            line_too_long = not self._line_done and (newline < 0 or newline >= room)
+            self._line_done = self._line_done or newline >= 0
             if not self._head_fits(data):
-                self._refuse(431, "request header fields too large")
+                if line_too_long:
+                    # The request line alone is past the limit: the URL.
+                    self._refuse(414, "request URI too long")
+                else:
+                    self._refuse(431, "request header fields too large")
                 return
         elif self.cycle is not None and not self.cycle.response_complete and self._timer:
             self._arm(self.limits.body_timeout)  # the body is moving
@@ -185,11 +196,13 @@ class GuardedHttp(HttpToolsProtocol):
         # A pipelined request may follow at once: it is a new head.
         self._in_head = True
         self._head_bytes = 0
+        self._line_done = False
 
     def _refuse(self, status: int, why: str) -> None:
         """Answer `status` in Placement's error format and close."""
         self._disarm()
-        title = {408: "Request Timeout", 431: "Request Header Fields Too Large"}[status]
+        title = {408: "Request Timeout", 414: "URI Too Long",
+                 431: "Request Header Fields Too Large"}[status]
         body = json.dumps({"errors": [{"status": status, "title": title, "detail": why,
                                        "code": "placement.undefined_code"}]}).encode()
         head = (f"HTTP/1.1 {status} {title}\r\ncontent-type: application/json\r\n"

@@ -45,6 +45,18 @@ class Funnel:
                 "removed": [{"stage": s, "reason": r, "count": c} for s, r, c in self.stages]}
 
 
+# The most names a reason lists: a request may name 40,000 aggregates, and
+# its reason is repeated in the summary, per group and per zone.
+LISTED = 5
+
+
+def listed(names: Sequence[str]) -> str:
+    """`a,b,c`, or the first LISTED of many and how many more."""
+    if len(names) <= LISTED:
+        return ",".join(names)
+    return f"{','.join(names[:LISTED])} and {len(names) - LISTED} more"
+
+
 def group_funnel(index: ProviderIndex, group: RequestGroup, excluded: Sequence[
         tuple[str, str, BoolArray]]) -> Funnel:
     """The funnel of one request group; `excluded` are zone-level cuts (stale, rules)."""
@@ -67,14 +79,14 @@ def group_funnel(index: ProviderIndex, group: RequestGroup, excluded: Sequence[
                            f"{rc}: short of {amount}")
     for anyof in group.required:
         ok = filters.has_traits(index, (anyof,))
-        name = anyof[0] if len(anyof) == 1 else "any of " + ",".join(anyof)
+        name = anyof[0] if len(anyof) == 1 else "any of " + listed(anyof)
         alive = funnel.cut(alive, ok, "traits", f"trait {name} missing")
     for t in group.forbidden:
         alive = funnel.cut(alive, filters.lacks_traits(index, (t,)), "traits",
                            f"trait {t} forbidden")
     for anyof in group.member_of:
         alive = funnel.cut(alive, filters.in_aggregates(index, (anyof,)), "aggregates",
-                           f"not in aggregate {','.join(anyof)}")
+                           f"not in aggregate {listed(anyof)}")
     if group.forbidden_aggs:
         alive = funnel.cut(alive, ~filters.in_any_aggregate(index, group.forbidden_aggs),
                            "aggregates", "in a forbidden aggregate")

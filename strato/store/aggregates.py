@@ -16,7 +16,7 @@ from strato.store import changes, providers
 from strato.store.db import lock_providers
 from strato.store.providers import Provider
 from strato.store.schema import placement_aggregates, resource_provider_aggregates
-from strato.store.util import insert_ignore
+from strato.store.util import insert_ignore, slices
 
 agg = placement_aggregates
 rpa = resource_provider_aggregates
@@ -35,12 +35,15 @@ def _ensure_ids(conn: Connection, uuids: set[str]) -> dict[str, int]:
     """uuid -> aggregate id, creating the aggregates never seen before (race-safe)."""
     if not uuids:
         return {}
-    query = sa.select(agg.c.uuid, agg.c.id).where(agg.c.uuid.in_(uuids))
-    found = {u: int(i) for u, i in conn.execute(query)}
-    missing = uuids - found.keys()
+
+    def lookup(wanted: Sequence[str]) -> dict[str, int]:
+        return {u: int(i) for part in slices(wanted) for u, i in conn.execute(
+            sa.select(agg.c.uuid, agg.c.id).where(agg.c.uuid.in_(part)))}
+    found = lookup(sorted(uuids))
+    missing = sorted(uuids - found.keys())
     if missing:
-        insert_ignore(conn, agg, [{"uuid": u} for u in sorted(missing)])
-        found = {u: int(i) for u, i in conn.execute(query)}
+        insert_ignore(conn, agg, [{"uuid": u} for u in missing])
+        found |= lookup(missing)
     return found
 
 
@@ -61,9 +64,9 @@ def set_aggregates(conn: Connection, provider: Provider, uuids: Sequence[str], *
                             .where(rpa.c.resource_provider_id == current.id)).scalars())
     want_ids = set(wanted.values())
     gone = have - want_ids
-    if gone:
+    for part in slices(sorted(gone)):
         conn.execute(sa.delete(rpa).where(rpa.c.resource_provider_id == current.id,
-                                          rpa.c.aggregate_id.in_(gone)))
+                                          rpa.c.aggregate_id.in_(part)))
     new = sorted(want_ids - have)
     if new:
         conn.execute(sa.insert(rpa), [{"resource_provider_id": current.id, "aggregate_id": i}

@@ -15,7 +15,7 @@ from strato.model import names as model_names
 from strato.store import changes, providers
 from strato.store.db import lock_providers
 from strato.store.schema import resource_provider_traits, traits
-from strato.store.util import utcnow
+from strato.store.util import slices, utcnow
 
 rpt = resource_provider_traits
 
@@ -159,10 +159,12 @@ def _locked_traits(conn: Connection, names: Sequence[str]) -> list[Trait]:
     wanted = sorted(set(names))
     if not wanted:
         return []
-    q = sa.select(traits).where(traits.c.name.in_(wanted)).order_by(traits.c.id)
-    if conn.dialect.name == "postgresql":
-        q = q.with_for_update(read=True)
-    found = [_row(r) for r in conn.execute(q)]
+    found: list[Trait] = []
+    for part in slices(wanted):  # a body may name more than one statement binds
+        q = sa.select(traits).where(traits.c.name.in_(part)).order_by(traits.c.id)
+        if conn.dialect.name == "postgresql":
+            q = q.with_for_update(read=True)
+        found += [_row(r) for r in conn.execute(q)]
     missing = sorted(set(wanted) - {t.name for t in found})
     if missing:
         raise errors.BadRequest(f"No such trait(s): {', '.join(missing)}.")

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
+
+T = TypeVar("T")
+
+# The most values one IN list binds: PostgreSQL takes 65,535 bound values in a
+# statement, SQLite 32,766 (999 before 3.32); a list from a request body may
+# hold hundreds of thousands.
+IN_SLICE = 900
+
+
+def slices(values: Sequence[T], size: int = IN_SLICE) -> Iterator[Sequence[T]]:
+    """`values` in pieces of at most `size`, for IN lists."""
+    for start in range(0, len(values), size):
+        yield values[start:start + size]
 
 
 def utcnow() -> datetime:

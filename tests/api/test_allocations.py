@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from strato.api.routes.allocations import MAX_CONSUMERS
 from strato.store.resource_classes import ids_by_name
 from strato.store.schema import inventories, resource_providers
 
@@ -404,3 +405,43 @@ def test_admin_only(client: TestClient) -> None:
     assert client.put(f"/allocations/{c}", json={}, headers=user).status_code == 403
     assert client.post("/allocations", json={}, headers=user).status_code == 403
     assert client.delete(f"/allocations/{c}", headers=user).status_code == 403
+
+
+def test_deleting_a_consumer_that_is_no_uuid_is_404(any_client: TestClient) -> None:
+    # No such consumer can hold allocations (a PUT takes uuids only): 404, as
+    # Placement answers, and no query (a NUL byte made PostgreSQL refuse it: 500).
+    for consumer in ("%00", "not-a-uuid", "a%00b"):
+        r = any_client.delete(f"/allocations/{consumer}")
+        assert r.status_code == 404, (consumer, r.text)
+        assert r.json()["errors"][0]["detail"].startswith("No allocations for consumer")
+
+
+def _naming(providers: list[str]) -> dict[str, Any]:
+    return {"allocations": {u: {"resources": {"VCPU": 1}} for u in providers},
+            "project_id": "p", "user_id": "u", "consumer_generation": None,
+            "consumer_type": "INSTANCE"}
+
+
+def test_a_write_naming_too_many_consumers_or_providers_is_413(any_client: TestClient) -> None:
+    # A claim's statements name every consumer and provider in IN lists, and
+    # a statement binds at most 65,535 values (PostgreSQL): 70,000 was a 500.
+    rp = make_provider(any_client, "many", VCPU=100_000)
+    too_many = MAX_CONSUMERS + 1
+    cases = [
+        ("POST", "/allocations", {str(uuid.uuid4()): _naming([rp]) for _ in range(too_many)}),
+        ("PUT", f"/allocations/{uuid.uuid4()}",
+         _naming([str(uuid.uuid4()) for _ in range(too_many)])),
+        ("POST", "/reshaper", {"inventories": {rp: {
+                                   "resource_provider_generation": rp_generation(any_client, rp),
+                                   "inventories": {"VCPU": {"total": 8}}}},
+                               "allocations": {str(uuid.uuid4()): _naming([rp])
+                                               for _ in range(too_many)}}),
+        ("POST", "/reshaper", {"inventories": {str(uuid.uuid4()): {
+            "resource_provider_generation": 0, "inventories": {}} for _ in range(too_many)},
+            "allocations": {}}),
+    ]
+    for method, path, payload in cases:
+        r = any_client.request(method, path, json=payload)
+        assert r.status_code == 413, (path, r.text[:300])
+        assert "at most" in r.json()["errors"][0]["detail"]
+    assert any_client.get(f"/resource_providers/{rp}/usages").json()["usages"]["VCPU"] == 0

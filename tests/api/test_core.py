@@ -48,6 +48,23 @@ def test_unknown_route_and_method(client: TestClient) -> None:
     assert r.json()["errors"][0]["title"] == "Method Not Allowed"
 
 
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "DELETE"])
+@pytest.mark.parametrize("path", ["/resource_providers/", "/traits/", "/usages/?project_id=p",
+                                  "/resource_providers/7c6f9bb6-0d9e-4b0b-9d6a-43f1d3c2a1b4/",
+                                  "/strato/v1/summary/"])
+def test_a_trailing_slash_is_404_not_a_redirect(client: TestClient, method: str,
+                                                path: str) -> None:
+    # Placement's routes match no path with a trailing slash (404). A redirect
+    # (Starlette's default) sent the client, body and method included, to a
+    # URL built from its Host header.
+    r = client.request(method, path, headers={"host": "elsewhere.example"},
+                       json={"name": "x"} if method in ("POST", "PUT") else None,
+                       follow_redirects=False)
+    assert r.status_code == 404
+    assert "location" not in r.headers
+    assert r.json()["errors"][0]["status"] == 404
+
+
 def test_too_large_body_is_413_and_changes_nothing(sqlite_database: Database) -> None:
     app = create_app(Settings(db_url=sqlite_database.url, max_body_bytes=1024),
                      db=sqlite_database, migrate=False)
@@ -103,3 +120,40 @@ def test_a_malformed_version_is_400(client: TestClient, value: str) -> None:
     r = client.get("/resource_providers",
                    headers={"openstack-api-version": "compute 2.1, placement 1.5"})
     assert r.headers["openstack-api-version"] == "placement 1.5"
+
+
+@pytest.mark.parametrize(("value", "status", "served"), [
+    ("placement LATEST", 400, None),  # 'latest' is lower case only
+    ("placement 1.-1", 406, None),    # a version, just not one there is
+    ("placement 1.+5", 200, "placement 1.5"),
+    ("placement 01.05", 200, "placement 1.5"),
+])
+def test_a_version_is_read_as_microversion_parse_reads_it(client: TestClient, value: str,
+                                                          status: int, served: str | None
+                                                          ) -> None:
+    """Placement's reading: 'latest', or two parts that Python's int() takes
+    (then 406 unless it is a version there is); anything else is a 400."""
+    r = client.get("/resource_providers", headers={"openstack-api-version": value})
+    assert r.status_code == status, r.text
+    if served:
+        assert r.headers["openstack-api-version"] == served
+
+
+@pytest.mark.parametrize(("path", "accept", "media"), [
+    ("/metrics", "text/plain", "text/plain"),
+    ("/metrics", "text/plain;version=0.0.4", "text/plain"),
+    ("/ui", "text/html", "text/html"),
+    ("/docs", "text/html", "text/html"),
+])
+def test_a_page_that_is_no_json_is_served_to_a_client_that_accepts_what_it_is(
+        client: TestClient, path: str, accept: str, media: str) -> None:
+    # Placement's 406 ("Only application/json is provided") is for its JSON
+    # routes; these pages are Prometheus text and HTML.
+    r = client.get(path, headers={"accept": accept})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith(media)
+
+
+def test_a_json_route_still_refuses_a_client_that_takes_no_json(client: TestClient) -> None:
+    assert client.get("/healthz", headers={"accept": "text/plain"}).status_code == 406
+    assert client.get("/resource_providers", headers={"accept": "text/html"}).status_code == 406

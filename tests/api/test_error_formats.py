@@ -16,8 +16,17 @@ from strato.api.responses import error_media_type
     ("text/plain", "text/plain"),
     ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", "text/html"),
     ("application/json;q=0.5,text/html;q=0.4", "application/json"),
-    ("text/*", "text/plain"),
+    # webob offers HTML and JSON only (in that order on a tie), and plain
+    # text when neither is acceptable.
+    ("text/*", "text/html"),
+    ("*/*;q=0.5", "text/html"),
+    ("text/plain,text/html;q=0.1", "text/html"),
+    ("text/plain,application/*;q=0.1", "application/json"),
     ("image/png", "text/plain"),
+    # Not RFC 7231's grammar (a q that is no qvalue, a range without a '/'):
+    # webob disregards such a header and offers its first format, HTML.
+    ("application/json;q=abc", "text/html"),
+    ("json", "text/html"),
 ])
 def test_error_media_type(accept: str | None, media: str) -> None:
     assert error_media_type(accept) == media
@@ -28,3 +37,13 @@ def test_html_error_page(client: TestClient) -> None:
     assert got.status_code == 404
     assert got.headers["content-type"].startswith("text/html")
     assert "404 Not Found" in got.text and "The resource could not be found" in got.text
+
+
+@pytest.mark.parametrize("accept", ["application/json;q=abc", "application/json;q=2", "json",
+                                    "application/json;q=0.5;x=\"unclosed"])
+def test_an_accept_header_out_of_grammar_is_disregarded(client: TestClient, accept: str) -> None:
+    # Placement asks webob, which reads a header it cannot parse as no header:
+    # the GET is served (JSON), where a 406 would refuse what Placement answers.
+    got = client.get("/resource_providers", headers={"accept": accept})
+    assert got.status_code == 200
+    assert got.json() == {"resource_providers": []}

@@ -174,3 +174,4 @@ def test_metrics_behind_their_own_token(tmp_path: Path) -> None:
             assert c.get("/healthz").status_code == 200  # still open
     finally:
         db.dispose()
+

@@ -82,6 +82,7 @@ def test_bad_input_is_400_and_changes_nothing(client: TestClient) -> None:
         {"name": 5},
         {"name": "x" * 201},
         {"name": "ok", "uuid": "not-a-uuid"},
+        {"name": "ok", "uuid": None},  # Placement: None is not of type 'string'
         {"name": "ok", "bogus": 1},
         {"uuid": str(uuid.uuid4())},
     ]

@@ -12,6 +12,7 @@ from strato.api.app import create_app
 from strato.api.auth import Context, NoAuth
 from strato.config import Settings
 from strato.store.db import Database
+from tests.helpers import api
 
 
 def host(c: TestClient, name: str, location: str | None = None, tags: list[str] | None = None,
@@ -451,3 +452,17 @@ def test_placement_writes_never_wait_for_the_disk_on_the_loop(
         assert driver.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     assert fsyncs and all(name.startswith("strato-") for name in fsyncs)
     assert used(client, rp) == 0
+
+
+def test_an_explanation_does_not_repeat_every_aggregate_asked_for(client: TestClient) -> None:
+    # 40,000 aggregates in one member_of list (1.5 MiB): every reason that
+    # named them all made a 4.4 MB refusal. Reasons list the first few now.
+    api.make_provider(client, "h", {"VCPU": {"total": 8}})
+    aggs = [str(uuid.uuid4()) for _ in range(40_000)]
+    r = client.post("/strato/v1/schedule", json={
+        "consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+        "groups": [{"resources": {"VCPU": 1}, "member_of": [aggs]}],
+        "dry_run": True, "explain": True})
+    assert r.status_code == 409, r.text[:300]
+    assert len(r.content) < 20_000, len(r.content)
+    assert " and 39995 more" in r.text

@@ -306,3 +306,13 @@ def test_unknown_provider_is_404(any_client: TestClient) -> None:
         assert r.status_code == 404
         assert any_client.delete(f"/resource_providers/{rp}/traits").status_code == 404
     assert _traits(any_client, "?associated=true") == []
+
+
+def test_naming_more_traits_than_one_query_binds_is_still_a_400(any_client: TestClient) -> None:
+    # 70,000 names: past the 65,535 values a PostgreSQL statement binds (a 500).
+    rp = any_client.post("/resource_providers", json={"name": "t"}).json()
+    names = [f"CUSTOM_NO_{i}" for i in range(70_000)]
+    r = any_client.put(f"/resource_providers/{rp['uuid']}/traits",
+                       json={"resource_provider_generation": rp["generation"], "traits": names})
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["errors"][0]["detail"].startswith("No such trait(s): CUSTOM_NO_0, ")

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter
 from pydantic import AfterValidator, BaseModel, ConfigDict, RootModel
+from sqlalchemy.engine import Connection
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -78,7 +79,8 @@ async def update_aggregates(request: Request, uuid: str) -> Response:
     v = require(request, V1_1)
     deps.authorize(request, "placement:resource_providers:aggregates:update")
     raw = await read_json(request)
-    with deps.db(request).write() as conn:
+
+    def job(conn: Connection) -> tuple[list[str], int]:
         # Placement answers 404 for an unknown provider before looking at the body.
         p = provider_or_404(conn, uuid)
         generation: int | None = None
@@ -88,5 +90,6 @@ async def update_aggregates(request: Request, uuid: str) -> Response:
         else:
             uuids = validate(AggregateList, raw).root
         _refuse_duplicates(uuids)
-        gen = store.set_aggregates(conn, p, uuids, generation=generation)
+        return uuids, store.set_aggregates(conn, p, uuids, generation=generation)
+    uuids, gen = await deps.write(request, job)
     return _answer(v, uuids, gen)

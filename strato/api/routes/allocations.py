@@ -219,21 +219,47 @@ def to_claim(consumer_uuid: str, body: ConsumerBody, *, post: bool = False
     )
 
 
+# The most consumers, and the most providers, one write may name (413 past
+# them): a claim's statements name them all in IN lists, and one statement
+# binds at most 65,535 values on PostgreSQL (32,766 on SQLite). Nova names a
+# few; the 16 MiB body limit alone lets through some 70,000.
+MAX_CONSUMERS = 10_000
+MAX_PROVIDERS = 10_000
+
+
+def bounded(claims: list[store.ConsumerClaim]) -> list[store.ConsumerClaim]:
+    """`claims`, or a 413 if they name more than one write may."""
+    too_many_consumers(len(claims))
+    named = {u for c in claims for u in c.allocations}
+    if len(named) > MAX_PROVIDERS:
+        raise errors.PayloadTooLarge(
+            f"one write may name at most {MAX_PROVIDERS} resource providers; this one names "
+            f"{len(named)}")
+    return claims
+
+
+def too_many_consumers(count: int) -> None:
+    if count > MAX_CONSUMERS:
+        raise errors.PayloadTooLarge(
+            f"one write may name at most {MAX_CONSUMERS} consumers; this one names {count}")
+
+
 def claims_of(data: Any, v: Version, consumer: str | None = None
               ) -> list[store.ConsumerClaim]:
     """The claims an allocations write makes, validated at version `v`: `PUT
     /allocations/{consumer}` with `consumer`, else `POST /allocations` (1.13+)."""
     if consumer is not None:
         body: ConsumerBody = validate(_pick(_PUT_BODIES, v), data)
-        return [to_claim(consumer, body)]
+        return bounded([to_claim(consumer, body)])
     bodies = validate(_PostBody, data).root
     if not bodies:
         raise errors.BadRequest("JSON does not validate: body: at least one consumer is "
                                 "required (minProperties 1)")
+    too_many_consumers(len(bodies))
     model = post_body_model(v)
     # Validated once more per consumer, against this version's model.
-    return [to_claim(canonical_uuid(c), validate_consumer(model, c, b), post=True)
-            for c, b in bodies.items()]
+    return bounded([to_claim(canonical_uuid(c), validate_consumer(model, c, b), post=True)
+                    for c, b in bodies.items()])
 
 
 def _consumer_path_uuid(value: str) -> str:
@@ -369,10 +395,13 @@ async def _delete_here(request: Request, key: str) -> bool:
 @router.delete("/allocations/{consumer_uuid}")
 async def delete_allocations(request: Request, consumer_uuid: str) -> Response:
     deps.authorize(request, "placement:allocations:delete")
-    key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
+    if not query.is_uuid(consumer_uuid):
+        # Every write takes uuids only: nothing to look for (and a NUL byte
+        # is a query PostgreSQL refuses).
+        raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")
+    key = canonical_uuid(consumer_uuid)
     # Below first (it may fail, 503, with nothing here deleted), then here.
-    below = bool(query.is_uuid(key) and (tree := await _below(request))
-                 and await subtree.delete_consumer(tree, key))
+    below = bool((tree := await _below(request)) and await subtree.delete_consumer(tree, key))
     here = await _delete_here(request, key)
     if not (here or below):
         raise errors.NotFound(f"No allocations for consumer '{consumer_uuid}'")

@@ -118,14 +118,16 @@ def list_inventories(request: Request, uuid: str) -> Response:
 async def update_inventories(request: Request, uuid: str) -> Response:
     deps.authorize(request, "placement:resource_providers:inventories:update")
     raw = await read_json(request)
-    with deps.db(request).write() as conn:
+
+    def job(conn: Connection) -> tuple[dict[str, Inventory], int]:
         # Placement answers 404 for an unknown provider before looking at the body.
         p = provider_or_404(conn, uuid)
         body = validate(UpdateInventories, raw)
         providers.check_generation(p, body.resource_provider_generation)
         invs = {rc: rec.to_inventory(rc) for rc, rec in body.inventories.items()}
         _check(request, p, list(invs.values()))
-        gen = store.replace_inventories(conn, p, invs, body.resource_provider_generation)
+        return invs, store.replace_inventories(conn, p, invs, body.resource_provider_generation)
+    invs, gen = await deps.write(request, job)
     return json_response(_all(invs, gen), headers=_headers(request, None))
 
 
@@ -133,12 +135,14 @@ async def update_inventories(request: Request, uuid: str) -> Response:
 async def create_inventory(request: Request, uuid: str) -> Response:
     deps.authorize(request, "placement:resource_providers:inventories:create")
     raw = await read_json(request)
-    with deps.db(request).write() as conn:
+
+    def job(conn: Connection) -> tuple[providers.Provider, Inventory, int]:
         p = provider_or_404(conn, uuid)
         body = validate(CreateInventory, raw)
         inv = body.to_inventory(body.resource_class)
         _check(request, p, [inv])
-        gen = store.add_inventory(conn, p, inv)
+        return p, inv, store.add_inventory(conn, p, inv)
+    p, inv, gen = await deps.write(request, job)
     headers = {"location": f"/resource_providers/{p.uuid}/inventories/{inv.resource_class}",
                **(_headers(request, None) or {})}
     return json_response(_one(inv, gen), 201, headers)
@@ -170,13 +174,15 @@ def get_inventory(request: Request, uuid: str, resource_class: str) -> Response:
 async def update_inventory(request: Request, uuid: str, resource_class: str) -> Response:
     deps.authorize(request, "placement:resource_providers:inventories:update")
     raw = await read_json(request)
-    with deps.db(request).write() as conn:
+
+    def job(conn: Connection) -> tuple[Inventory, int]:
         p = provider_or_404(conn, uuid)
         body = validate(UpdateInventory, raw)
         providers.check_generation(p, body.resource_provider_generation)
         inv = body.to_inventory(resource_class)
         _check(request, p, [inv])
-        gen = store.update_inventory(conn, p, inv, body.resource_provider_generation)
+        return inv, store.update_inventory(conn, p, inv, body.resource_provider_generation)
+    inv, gen = await deps.write(request, job)
     return json_response(_one(inv, gen), headers=_headers(request, None))
 
 

@@ -13,12 +13,15 @@ from strato.api import deps
 from strato.api.body import read_json, validate
 from strato.api.microversion import V1_30, require
 from strato.api.routes.allocations import (
+    MAX_PROVIDERS,
     ClassName,
     StrictModel,
     Uuid,
+    bounded,
     canonical_uuid,
     post_body_model,
     to_claim,
+    too_many_consumers,
     validate_consumer,
 )
 from strato.model import errors
@@ -73,10 +76,14 @@ async def reshape(request: Request) -> Response:
     deps.authorize(request, "placement:reshaper:reshape")
     v = require(request, V1_30)
     body = validate(ReshapeBody, await read_json(request))
+    if len(body.inventories) > MAX_PROVIDERS:
+        raise errors.PayloadTooLarge(
+            f"one reshape may name at most {MAX_PROVIDERS} resource providers in inventories; "
+            f"this one names {len(body.inventories)}")
+    too_many_consumers(len(body.allocations.root))
     model = post_body_model(v)
-    claims = [to_claim(canonical_uuid(c), validate_consumer(model, c, b), post=True)
-              for c, b in body.allocations.root.items()]
+    claims = bounded([to_claim(canonical_uuid(c), validate_consumer(model, c, b), post=True)
+                      for c, b in body.allocations.root.items()])
     inventories = _inventories(body)
-    with deps.db(request).write() as conn:
-        store.reshape(conn, inventories, claims)
+    await deps.write(request, lambda conn: store.reshape(conn, inventories, claims))
     return Response(status_code=204)

@@ -77,8 +77,7 @@ async def create_resource_class(request: Request) -> Response:
     deps.authorize(request, "placement:resource_classes:create")
     require(request, V1_2)
     body = await read_model(request, ResourceClassName)
-    with deps.db(request).write() as conn:
-        rc = store.create_class(conn, body.name)
+    rc = await deps.write(request, lambda conn: store.create_class(conn, body.name))
     return Response(status_code=201, headers={"location": _url(rc.name)})
 
 
@@ -87,18 +86,16 @@ async def update_resource_class(request: Request, name: str) -> Response:
     deps.authorize(request, "placement:resource_classes:update")
     v = require(request, V1_2)
     if v >= V1_7:
-        return _ensure_resource_class(request, name)
+        return await _ensure_resource_class(request, name)
     body = await read_model(request, ResourceClassName)
-    with deps.db(request).write() as conn:
-        rc = store.rename_class(conn, name, body.name)
+    rc = await deps.write(request, lambda conn: store.rename_class(conn, name, body.name))
     return json_response(serialize(rc))
 
 
-def _ensure_resource_class(request: Request, name: str) -> Response:
+async def _ensure_resource_class(request: Request, name: str) -> Response:
     """PUT from 1.7: no body; 201 if it was created, 204 if it already existed."""
     _validate_path_name(name)
-    with deps.db(request).write() as conn:
-        rc, created = store.ensure_class(conn, name)
+    rc, created = await deps.write(request, lambda conn: store.ensure_class(conn, name))
     return Response(status_code=201 if created else 204, headers={"location": _url(rc.name)})
 
 

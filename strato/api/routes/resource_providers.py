@@ -6,7 +6,8 @@ import uuid as uuidlib
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy.engine import Connection
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -37,17 +38,22 @@ router = APIRouter()
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
 
 
-class CreateProvider(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=200)
-    uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
-    parent_provider_uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
-
-
 class CreateProviderV1_0(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=200)
+    # Left out: a new uuid. Sent, a string (Placement's schema: a null is a 400).
     uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
+
+    @field_validator("uuid", mode="before")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("None is not of type 'string'")
+        return value
+
+
+class CreateProvider(CreateProviderV1_0):
+    parent_provider_uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
 
 
 class UpdateProvider(BaseModel):
@@ -97,9 +103,8 @@ async def create_resource_provider(request: Request) -> Response:
     body: CreateProvider | CreateProviderV1_0 = await read_model(
         request, CreateProvider if v >= V1_14 else CreateProviderV1_0)
     parent = getattr(body, "parent_provider_uuid", None)
-    with deps.db(request).write() as conn:
-        p = store.create_provider(conn, name=body.name, uuid=_canonical(body.uuid),
-                                  parent_uuid=_canonical(parent))
+    p = await deps.write(request, lambda conn: store.create_provider(
+        conn, name=body.name, uuid=_canonical(body.uuid), parent_uuid=_canonical(parent)))
     location = {"location": f"/resource_providers/{p.uuid}"}
     if v >= V1_20:
         headers = {**location, **(_headers(v, p) or {})}
@@ -122,13 +127,15 @@ async def update_resource_provider(request: Request, uuid: str) -> Response:
     v = version(request)
     data: UpdateProvider | UpdateProviderV1_0 = await read_model(
         request, UpdateProvider if v >= V1_14 else UpdateProviderV1_0)
-    with deps.db(request).write() as conn:
+
+    def job(conn: Connection) -> store.Provider:
         current = store.get_provider(conn, uuid)
         parent = current.parent_provider_uuid
         if "parent_provider_uuid" in data.model_fields_set:
             parent = _canonical(getattr(data, "parent_provider_uuid", None))
-        p = store.update_provider(conn, uuid, name=data.name, parent_uuid=parent,
-                                  allow_reparent=v >= V1_37)
+        return store.update_provider(conn, uuid, name=data.name, parent_uuid=parent,
+                                     allow_reparent=v >= V1_37)
+    p = await deps.write(request, job)
     return json_response(serialize(p, v), headers=_headers(v, p))
 
 

@@ -141,9 +141,8 @@ async def update_provider_traits(request: Request, uuid: str) -> Response:
     deps.authorize(request, "placement:resource_providers:traits:update")
     v = require(request, V1_6)
     body = await read_model(request, SetProviderTraits)
-    with deps.db(request).write() as conn:
-        pt = store.set_provider_traits(conn, uuid, body.traits,
-                                       body.resource_provider_generation)
+    pt = await deps.write(request, lambda conn: store.set_provider_traits(
+        conn, uuid, body.traits, body.resource_provider_generation))
     return json_response(_provider_body(pt), headers=_headers(v, pt.traits))
 
 
