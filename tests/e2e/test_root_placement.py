@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.test_real_clients import _osc, ks_session, openstack, token_endpoint
 from tests.e2e.test_zone_split import cells  # noqa: F401 (the fixture)
-from tests.e2e.test_zone_tree import children, wait_for, zone
+from tests.e2e.test_zone_tree import children, stop_all, wait_for, zone
 from tests.helpers import api
 from tests.helpers.server import ServerProcess
 
@@ -206,7 +206,4 @@ def test_a_nova_claim_loop_takes_disk_from_the_roots_pool_while_a_cell_pauses(
                 assert c.delete(f"/allocations/{consumer}").status_code == 204
         assert totals() == (24, 300)
     finally:
-        for p in procs.values():
-            if p.proc and p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGCONT)
-            p.stop()
+        stop_all(procs)

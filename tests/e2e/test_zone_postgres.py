@@ -7,7 +7,6 @@ holding the same id, where SQLite serialises every writer."""
 
 from __future__ import annotations
 
-import signal
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +17,8 @@ import httpx
 import pytest
 
 from strato.process import ServerProcess
-from tests.e2e.test_zone_tree import TIMING, children, wait_for, zone
+from tests.e2e.test_zone_split import over_two_cells
+from tests.e2e.test_zone_tree import TIMING
 from tests.helpers import api
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -27,28 +27,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 @pytest.fixture
 def pg_tree(pg_db_url: str, tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
     root = ServerProcess(pg_db_url, extra=["--zone", "root", *TIMING],
-                         log_path=tmp_path / "root.log").start()
-    procs = {"root": root}
-    try:
-        for name in ("dfw", "ord"):
-            procs[name] = zone(tmp_path, name, root, ["--location-prefix", name]).start()
-            with api.client(procs[name].url) as c:
-                for i in range(4):
-                    rp = api.make_provider(c, f"{name}-h{i}", {"VCPU": {"total": 8}})
-                    r = c.put(f"/strato/v1/providers/{rp}/meta",
-                              json={"location": f"{name}/room1/rack{i % 2}/h{i}",
-                                    "tags": []})
-                    assert r.status_code == 200, r.text
-        with api.client(root.url) as c:
-            wait_for(lambda: {k for k, v in children(c).items()
-                              if (v.get("summary") or {}).get("providers") == 4}
-                     == {"dfw", "ord"})
+                         log_path=tmp_path / "root.log")
+    with over_two_cells(tmp_path, root.start()) as procs:
         yield procs
-    finally:
-        for p in procs.values():
-            if p.proc and p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGCONT)
-            p.stop()
 
 
 def req(n: int, **kw: Any) -> dict[str, Any]:

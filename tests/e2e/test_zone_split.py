@@ -11,46 +11,53 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from strato.process import ServerProcess, free_port
-from tests.e2e.test_zone_tree import children, wait_for, zone
+from tests.e2e.test_zone_tree import children, hosts, stop_all, wait_for, zone
 from tests.helpers import api
 
 pytestmark = pytest.mark.slow
 HOLD_TTL = "2"
 
 
-@pytest.fixture
-def cells(tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
-    root = zone(tmp_path, "root", extra=["--hold-ttl", HOLD_TTL]).start()
+@contextmanager
+def over_two_cells(tmp_path: Path, root: ServerProcess,
+                   extra: list[str] | None = None) -> Iterator[dict[str, ServerProcess]]:
+    """`root` (started) over cells dfw and ord, four 8-VCPU hosts each, once
+    the root's summaries of them hold the hosts; every process stopped after."""
     procs = {"root": root}
     try:
-        for name in ("dfw", "ord"):
-            procs[name] = zone(tmp_path, name, root, ["--location-prefix", name,
-                                                      "--hold-ttl", HOLD_TTL]).start()
-            with api.client(procs[name].url) as c:
-                for i in range(4):
-                    rp = api.make_provider(c, f"{name}-h{i}", {"VCPU": {"total": 8}})
-                    r = c.put(f"/strato/v1/providers/{rp}/meta",
-                              json={"location": f"{name}/room1/rack{i % 2}/h{i}",
-                                    "tags": []})
-                    assert r.status_code == 200, r.text
-        with api.client(root.url) as c:
-            # Summaries that hold the hosts (one taken as a cell registered
-            # would show an empty cell, and the root prunes what cannot fit).
-            wait_for(lambda: {k for k, v in children(c).items()
-                              if (v.get("summary") or {}).get("providers") == 4}
-                     == {"dfw", "ord"})
+        _two_cells(tmp_path, procs, extra)
         yield procs
     finally:
-        for p in procs.values():
-            if p.proc and p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGCONT)
-            p.stop()
+        stop_all(procs)
+
+
+def _two_cells(tmp_path: Path, procs: dict[str, ServerProcess],
+               extra: list[str] | None) -> None:
+    root = procs["root"]
+    for name in ("dfw", "ord"):
+        procs[name] = zone(tmp_path, name, root,
+                           ["--location-prefix", name, *(extra or [])]).start()
+        hosts(procs[name], name, [f"{name}/room1/rack{i % 2}/h{i}" for i in range(4)])
+    with api.client(root.url) as c:
+        # Summaries that hold the hosts (one taken as a cell registered
+        # would show an empty cell, and the root prunes what cannot fit).
+        wait_for(lambda: {k for k, v in children(c).items()
+                          if (v.get("summary") or {}).get("providers") == 4}
+                 == {"dfw", "ord"})
+
+
+@pytest.fixture
+def cells(tmp_path: Path) -> Iterator[dict[str, ServerProcess]]:
+    with over_two_cells(tmp_path, zone(tmp_path, "root", extra=["--hold-ttl", HOLD_TTL]).start(),
+                        ["--hold-ttl", HOLD_TTL]) as procs:
+        yield procs
 
 
 def req(n: int, **kw: Any) -> dict[str, Any]:
@@ -269,10 +276,7 @@ def test_a_gang_whose_cell_is_frozen_while_it_claims_leaves_nothing_held(
             assert r.status_code == 200, r.text
             assert sum(used(procs).values()) == 48
     finally:
-        for p in procs.values():
-            if p.proc and p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGCONT)
-            p.stop()
+        stop_all(procs)
 
 
 def test_zone_level_rules_and_topology_spread(cells: dict[str, ServerProcess]) -> None:
