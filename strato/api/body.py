@@ -37,11 +37,50 @@ async def json_bytes(request: Request) -> bytes:
 
 
 def loads(raw: bytes) -> Any:
-    """The JSON document `raw`; 400 if malformed."""
+    """The JSON document `raw`; 400 if malformed, or if a string in it holds a
+    NUL character (`nul_fault`)."""
     try:
-        return orjson.loads(raw)
+        doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise errors.BadRequest(f"Malformed JSON: {exc}") from None
+    if _NUL in raw:
+        fault = nul_fault(doc)
+        if fault is not None:
+            raise errors.BadRequest(fault)
+    return doc
+
+
+# How JSON writes a NUL character (a raw one is malformed JSON): a body
+# without it has none, and is not walked.
+_NUL = b"\\u0000"
+
+
+def nul_fault(doc: Any) -> str | None:
+    """A 400's detail naming the first string (a value or a key) of the JSON
+    document `doc` that holds a NUL character, or None. PostgreSQL's text
+    cannot hold one (the write was a 400 naming no field) and SQLite's stored
+    it: no field takes one, on either."""
+    stack: list[tuple[tuple[str, ...], Any]] = [((), doc)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return _nul_detail(node, path)
+        elif isinstance(node, dict):
+            for key in node:
+                if "\x00" in key:
+                    return _nul_detail(key, path, key=True)
+            stack.extend(((*path, k), v) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend(((*path, str(i)), v) for i, v in reversed(list(enumerate(node))))
+    return None
+
+
+def _nul_detail(text: str, path: tuple[str, ...], *, key: bool = False) -> str:
+    where = ".".join(path) or "body"
+    shown = text if len(text) <= 64 else text[:64] + "..."
+    return (f"JSON does not validate: {shown!r} holds a NUL character, which no text "
+            f"may ({'a key ' if key else ''}at {where})")
 
 
 async def read_json(request: Request) -> Any:
@@ -103,12 +142,14 @@ def _is_json(media: str) -> bool:
         media.startswith("application/") and media.endswith("+json"))
 
 
-class FiniteJson:
+class StratoJson:
     """A /strato/v1 body with a bare NaN or Infinity is a 400 before any route
     reads it (FastAPI's routes parse with Python's json module, which takes
-    them; range checks would catch most, worded as a range). A body sent as
-    another media type (`curl -d` sends a form's) is a 415 saying to send
-    JSON, as on the Placement routes, not a 400 about a missing object."""
+    them; range checks would catch most, worded as a range), and so is one
+    with a NUL character in a string (`nul_fault`, as `loads` refuses it on
+    the Placement routes). A body sent as another media type (`curl -d` sends
+    a form's) is a 415 saying to send JSON, as on the Placement routes, not a
+    400 about a missing object."""
 
     PREFIX = "/strato/v1/"
 
@@ -123,11 +164,14 @@ class FiniteJson:
         body, cut = await read_body(receive)
         media = _media(scope)
         token = None if cut is not None else non_finite(body)
+        nul = None if cut is not None or _NUL not in body else _nul_in(body)
         if body and cut is None and not _is_json(media):
             status, title, detail = 415, "Unsupported Media Type", unsupported_media(media)
         elif token is not None:
             status, title = 400, "Bad Request"
             detail = f"Malformed JSON: {token} is not a JSON value (numbers are finite)"
+        elif nul is not None:
+            status, title, detail = 400, "Bad Request", nul
         else:
             await self.app(scope, replay_body(body, receive, cut), send)
             return
@@ -137,6 +181,14 @@ class FiniteJson:
         response = error_response(status, title, detail, errors.DEFAULT,
                                   rid if isinstance(rid, str) else None, accept=accept)
         await response(scope, receive, send)
+
+
+def _nul_in(raw: bytes) -> str | None:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None  # malformed: the route says how
+    return nul_fault(doc)
 
 
 def validate(model: type[M], data: Any) -> M:

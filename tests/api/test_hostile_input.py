@@ -375,3 +375,46 @@ def test_a_big_write_is_validated_off_the_event_loop(client: TestClient, route: 
     r = client.post(path, json=body)
     assert r.status_code == 204, r.text
     assert on_loop and not any(on_loop)
+
+
+def _nul_writes(rp: str) -> list[tuple[str, str, Any, str]]:
+    """(method, path, body, the field the 400 names) of writes with a NUL in a string."""
+    def alloc(**extra: Any) -> dict[str, Any]:
+        return {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE",
+                **extra}
+    c = str(uuid.uuid4())
+    return [
+        ("PUT", f"/allocations/{c}", alloc(project_id="a\x00b"), "at project_id"),
+        ("PUT", f"/allocations/{c}", alloc(user_id="\x00"), "at user_id"),
+        ("POST", "/allocations", {c: alloc(user_id="u\x00")}, f"at {c}.user_id"),
+        ("PUT", f"/allocations/{c}", alloc(consumer_type="INSTANCE\x00"), "at consumer_type"),
+        ("PUT", f"/allocations/{c}", {**alloc(), "allocations": {rp + "\x00": {}}},
+         "a key at allocations"),
+        ("POST", "/resource_providers", {"name": "h\x00"}, "at name"),
+        ("PUT", f"/resource_providers/{rp}", {"name": "h\x00"}, "at name"),
+        ("POST", "/strato/v1/schedule", {"consumers": [c], "project_id": "p\x00",
+                                         "user_id": "u", "resources": {"VCPU": 1}},
+         "at project_id"),
+        ("PUT", f"/strato/v1/providers/{rp}/meta", {"location": "dfw", "tags": ["a\x00"]},
+         "at tags.0"),
+    ]
+
+
+def test_a_nul_character_in_any_string_is_a_400_naming_the_field(
+        any_client: TestClient) -> None:
+    """PostgreSQL's text cannot hold a NUL: it was a 400 naming no field
+    ('invalid value in request: DataError'), and SQLite stored it. Now both
+    answer the same 400, naming the field, with nothing written."""
+    rp = any_client.post("/resource_providers", json={"name": "h"}).json()["uuid"]
+    r = any_client.put(f"/resource_providers/{rp}/inventories", json={
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+    assert r.status_code == 200, r.text
+    for method, path, body, field in _nul_writes(rp):
+        r = any_client.request(method, path, json=body)
+        assert r.status_code == 400, (path, r.text)
+        detail = r.json()["errors"][0]["detail"]
+        assert "NUL character" in detail and f"({field})" in detail, (path, detail)
+    assert any_client.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 0}
+    assert [p["name"] for p in any_client.get("/resource_providers").json()[
+        "resource_providers"]] == ["h"]
