@@ -418,3 +418,34 @@ def test_a_nul_character_in_any_string_is_a_400_naming_the_field(
     assert any_client.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 0}
     assert [p["name"] for p in any_client.get("/resource_providers").json()[
         "resource_providers"]] == ["h"]
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("GET", "/resource_classes/A%00", 404), ("DELETE", "/resource_classes/CUSTOM_A%00", 404),
+    ("GET", "/traits/A%00", 404), ("DELETE", "/traits/CUSTOM_A%00", 404),
+    ("GET", "/allocations/a%00", 200), ("DELETE", "/strato/v1/children/a%00", 404),
+    ("GET", "/strato/v1/providers/a%00/meta", 404)])
+def test_a_nul_in_a_path_finds_nothing_on_either_database(
+        any_client: TestClient, method: str, path: str, status: int) -> None:
+    """Nothing stored holds a NUL: SQLite found nothing, PostgreSQL refused
+    the query (a 400 naming nothing). Both find nothing, without a query."""
+    r = any_client.request(method, path)
+    assert r.status_code == status, r.text
+    if status == 200:
+        assert r.json() == {"allocations": {}}
+
+
+@pytest.mark.parametrize("query", [
+    "/resource_providers?name=a%00", "/usages?project_id=a%00",
+    "/usages?project_id=p&user_id=a%00", "/traits?name=in:A%00",
+    "/traits?name=startswith:A%00", "/strato/v1/providers?location=a%00",
+    "/resource_providers?a%00=1"])
+def test_a_nul_in_a_query_parameter_is_a_400_naming_it_on_either_database(
+        any_client: TestClient, query: str) -> None:
+    """PostgreSQL refused the lookup (a 400 naming nothing), SQLite answered
+    it (an empty list); both now say which parameter holds the NUL."""
+    r = any_client.get(query)
+    assert r.status_code == 400, r.text
+    name = query.split("&")[-1].split("?")[-1].split("=")[0].replace("%00", "\\x00")
+    assert f"'{name}' holds a NUL character" in r.json()["errors"][0]["detail"], r.text
+    assert r.json()["errors"][0]["code"] == "placement.query.bad_value"

@@ -342,10 +342,17 @@ def _merged(here: store.ConsumerAllocations, below: store.ConsumerAllocations
 async def get_allocations(request: Request, consumer_uuid: str) -> Response:
     deps.authorize(request, "placement:allocations:list")
     v = version(request)
-    # Placement never 404s here: an unknown consumer simply holds nothing.
-    key = canonical_uuid(consumer_uuid) if query.is_uuid(consumer_uuid) else consumer_uuid
+    # Placement never 404s here: an unknown consumer simply holds nothing,
+    # and one that is no uuid is unknown (every write takes uuids only; and
+    # a NUL byte is a query PostgreSQL refuses).
+    if not query.is_uuid(consumer_uuid):
+        return json_response(serialize_consumer(store.ConsumerAllocations(
+            consumer_uuid=consumer_uuid, allocations={}, project_id=None, user_id=None,
+            generation=None, consumer_type=None, last_modified=None), v),
+            headers=_headers(v, None))
+    key = canonical_uuid(consumer_uuid)
     found = await run_in_threadpool(_read_consumer, request, key)
-    if query.is_uuid(key) and (tree := await _below(request)):
+    if tree := await _below(request):
         # Placed through this zone into a child's subtree (and perhaps on a
         # sharing pool here too): answer with all of it.
         below = await subtree.find_consumer(tree, key)
