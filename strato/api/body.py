@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -40,7 +41,7 @@ def loads(raw: bytes) -> Any:
     """The JSON document `raw`; 400 if malformed, or if a string in it holds a
     NUL character (`nul_fault`)."""
     try:
-        doc = orjson.loads(raw)
+        doc = orjson.loads(raw) if _LONG_DIGITS.search(raw) is None else _exact(raw)
     except orjson.JSONDecodeError as exc:
         raise errors.BadRequest(f"Malformed JSON: {exc}") from None
     if _NUL in raw:
@@ -48,6 +49,35 @@ def loads(raw: bytes) -> Any:
         if fault is not None:
             raise errors.BadRequest(fault)
     return doc
+
+
+# Digits enough for an integer past 2**64 - 1 or below -2**63, which orjson
+# reads as a float (or refuses as infinite): 18446744073709551617 was "not of
+# type 'integer'" and 10**400 was malformed, where Placement (Python's json)
+# reads integers and names the maximum they are above.
+_LONG_DIGITS = re.compile(rb"-[0-9]{19}|[0-9]{20}")
+
+
+def _exact(raw: bytes) -> Any:
+    """`raw` read by Python's json, which keeps every integer exact; refused
+    as orjson refuses them: NaN and Infinity, a lone surrogate."""
+    try:
+        doc = json.loads(raw, parse_constant=_refuse)
+        if _SURROGATE.search(raw):
+            # A lone surrogate is no text (orjson: not UTF-8); a pair is one
+            # character by now, and encodes.
+            json.dumps(doc, ensure_ascii=False).encode()
+    except _NonFinite as exc:
+        raise errors.BadRequest(f"Malformed JSON: {exc.token} is not a JSON value "
+                                "(numbers are finite)") from None
+    except (ValueError, RecursionError) as exc:
+        # ValueError: malformed, or an integer of more digits than Python
+        # reads, or a lone surrogate (UnicodeEncodeError).
+        raise errors.BadRequest(f"Malformed JSON: {exc}") from None
+    return doc
+
+
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 # How JSON writes a NUL character (a raw one is malformed JSON): a body

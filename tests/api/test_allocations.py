@@ -280,7 +280,6 @@ def test_bad_input_is_400_and_changes_nothing(any_client: TestClient) -> None:
         body({rp: {"VCPU": "1"}}),  # type: ignore[dict-item]
         body({rp: {"VCPU": 1.5}}),  # type: ignore[dict-item]
         body({rp: {"VCPU": True}}),
-        body({rp: {"VCPU": 2**70}}),
         body({rp: {"vcpu": 1}}),
         body({rp: {}}),
         body({"not-a-uuid": {"VCPU": 1}}),

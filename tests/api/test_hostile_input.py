@@ -449,3 +449,61 @@ def test_a_nul_in_a_query_parameter_is_a_400_naming_it_on_either_database(
     name = query.split("&")[-1].split("?")[-1].split("=")[0].replace("%00", "\\x00")
     assert f"'{name}' holds a NUL character" in r.json()["errors"][0]["detail"], r.text
     assert r.json()["errors"][0]["code"] == "placement.query.bad_value"
+
+
+@pytest.mark.parametrize("total", [2**64 + 1, 10**400, -(2**63) - 1])
+def test_an_integer_past_64_bits_is_an_integer(any_client: TestClient, total: int) -> None:
+    """orjson read 2**64 + 1 as a float ("not of type 'integer'") and 10**400
+    as malformed; Placement (Python's json, jsonschema) reads integers, and
+    names the bound they break."""
+    rp = any_client.post("/resource_providers", json={"name": "h"}).json()["uuid"]
+    raw = f'{{"resource_provider_generation": 0, "inventories": {{"VCPU": {{"total": {total}}}}}}}'
+    r = any_client.put(f"/resource_providers/{rp}/inventories", content=raw,
+                       headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    detail = r.json()["errors"][0]["detail"]
+    bound = "greater than the maximum of 2147483647" if total > 0 else \
+        "less than the minimum of 1"
+    assert f"{total} is {bound} (at inventories.VCPU.total" in detail, detail
+    # A generation (no bound in Placement's schema) is a stale one: 409.
+    raw = f'{{"resource_provider_generation": {total}, "inventories": {{"VCPU": {{"total": 8}}}}}}'
+    r = any_client.put(f"/resource_providers/{rp}/inventories", content=raw,
+                       headers={"content-type": "application/json"})
+    assert r.status_code == 409, r.text
+    assert any_client.get(f"/resource_providers/{rp}/inventories").json()["inventories"] == {}
+
+
+def test_an_allocation_past_64_bits_is_above_max_unit(any_client: TestClient) -> None:
+    """Placement's schema bounds an amount below only: one past 64 bits is
+    refused as one past 63 bits is, by the provider's max_unit (409)."""
+    rp = any_client.post("/resource_providers", json={"name": "h"}).json()["uuid"]
+    any_client.put(f"/resource_providers/{rp}/inventories", json={
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+    c = str(uuid.uuid4())
+    for amount in (2**63, 2**64 + 1, 2**70):
+        raw = (f'{{"allocations": {{"{rp}": {{"resources": {{"VCPU": {amount}}}}}}}, '
+               '"project_id": "p", "user_id": "u", "consumer_generation": null, '
+               '"consumer_type": "INSTANCE"}')
+        r = any_client.put(f"/allocations/{c}", content=raw,
+                           headers={"content-type": "application/json"})
+        assert r.status_code == 409, r.text
+        assert f"amount {amount} is above max_unit" in r.json()["errors"][0]["detail"]
+    assert any_client.get(f"/allocations/{c}").json() == {"allocations": {}}
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    (b'{"name": "h", "x": [NaN, 18446744073709551617]}', "NaN is not a JSON value"),
+    (b'{"name": "\\ud800", "x": 18446744073709551617}', "surrogates not allowed"),
+    (b'{"name": "h", "x": 1' + b"0" * 5000 + b"}", "Exceeds the limit"),
+    (b'{"name": "h", "x": 18446744073709551617', "Malformed JSON"),
+])
+def test_a_body_with_a_long_integer_is_refused_as_any_other(client: TestClient, raw: bytes,
+                                                            says: str) -> None:
+    """Such a body is read by Python's json, which takes NaN and lone
+    surrogates that orjson refuses: still refused, and malformed."""
+    r = client.post("/resource_providers", content=raw,
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    detail = r.json()["errors"][0]["detail"]
+    assert detail.startswith("Malformed JSON") and says in detail, detail
+    assert client.get("/resource_providers").json()["resource_providers"] == []
