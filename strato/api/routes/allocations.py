@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps, query
-from strato.api.body import describe, read_checked, validate
+from strato.api.body import describe, model_of, read_checked, validate
 from strato.api.microversion import (
     V1_8,
     V1_12,
@@ -139,8 +139,9 @@ class PutV1_28(PostConsumerV1_13):
 class PutV1_34(PutV1_28):
     # Which provider satisfied which request group; accepted, not stored.
     # Nova echoes the candidate's mappings, the unnamed group under "".
-    mappings: Annotated[dict[str, Any], Field(min_length=1),
-                        AfterValidator(_check_mappings)] = Field(default_factory=dict)
+    # May be empty: Placement's schema spells its minProperties "minProperites".
+    mappings: Annotated[dict[str, Any], AfterValidator(_check_mappings)] = Field(
+        default_factory=dict)
 
 
 class PutV1_38(PutV1_34):
@@ -174,7 +175,7 @@ class _PostBody(RootModel[dict[Uuid, Any]]):
 def validate_consumer(model: type[PostConsumerV1_13], consumer_uuid: str, data: Any
                       ) -> PostConsumerV1_13:
     try:
-        return model.model_validate(data, strict=True)
+        return model_of(model, data)
     except ValidationError as exc:
         # Name the consumer the problem is in.
         raise errors.BadRequest("JSON does not validate: " + describe(exc, consumer_uuid)
