@@ -231,14 +231,13 @@ def test_mappings_from_1_34(client: TestClient) -> None:
     assert client.put(f"/allocations/{c}", json=bad).status_code == 400
 
 
-@pytest.mark.parametrize("mappings", [{}, {"": [RP_FOR_MAPPINGS]}, {"!!": 5},
+@pytest.mark.parametrize("mappings", [{"": [RP_FOR_MAPPINGS]}, {"!!": 5},
                                       {"_G": [RP_FOR_MAPPINGS], "??": "anything"}])
 def test_mappings_as_placements_schema_takes_them(client: TestClient,
                                                   mappings: dict[str, Any]) -> None:
-    """Placement's mappings schema misspells minProperties (so {} is taken:
-    it was a 400 here) and constrains only keys its group pattern finds in
-    (so "!!" and "??" may hold anything); a key with a group's character
-    must hold uuids."""
+    """Placement's mappings schema constrains only the keys its (unanchored)
+    group pattern finds in, so "!!" and "??" may hold anything; a key with a
+    group's character must hold uuids, and {} is too few (its gabbits)."""
     rp = make_provider(client, "cn", VCPU=8)
     mappings = {k: [rp] if v == [RP_FOR_MAPPINGS] else v for k, v in mappings.items()}
     r = client.put(f"/allocations/{consumer()}", json=body({rp: {"VCPU": 1}},
@@ -247,6 +246,9 @@ def test_mappings_as_placements_schema_takes_them(client: TestClient,
     r = client.put(f"/allocations/{consumer()}", json=body({rp: {"VCPU": 1}},
                                                            mappings={"x": 5}))
     assert r.status_code == 400 and "mappings" in error(r)["detail"]
+    r = client.put(f"/allocations/{consumer()}", json=body({rp: {"VCPU": 1}}, mappings={}))
+    assert r.status_code == 400
+    assert "{} does not have enough properties" in error(r)["detail"]
 
 
 @pytest.mark.parametrize("route", ["put", "post"])

@@ -139,9 +139,10 @@ class PutV1_28(PostConsumerV1_13):
 class PutV1_34(PutV1_28):
     # Which provider satisfied which request group; accepted, not stored.
     # Nova echoes the candidate's mappings, the unnamed group under "".
-    # May be empty: Placement's schema spells its minProperties "minProperites".
-    mappings: Annotated[dict[str, Any], AfterValidator(_check_mappings)] = Field(
-        default_factory=dict)
+    # Not empty: Placement's schema spelt its minProperties "minProperites"
+    # until 8.0.0; its gabbits (allocations-mappings.yaml) now want a 400.
+    mappings: Annotated[dict[str, Any], Field(min_length=1),
+                        AfterValidator(_check_mappings)] = Field(default_factory=dict)
 
 
 class PutV1_38(PutV1_34):
