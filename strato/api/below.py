@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strato.api import deps, microversion
 from strato.api.middleware import replay_body
+from strato.api.query import capped_int
 from strato.api.responses import REQUEST_ID_KEY, strato_error_response
 from strato.api.routes import allocations as allocation_routes
 from strato.model import errors
@@ -212,8 +213,8 @@ class ProvidersBelow:
         query = scope.get("query_string", b"").decode("latin-1")
         limit = None
         for k, v in parse_qsl(query):
-            if k == "limit" and v.isdigit():
-                limit = int(v)
+            if k == "limit" and v.isascii() and v.isdigit():
+                limit = capped_int(v)
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         own = json.loads(body)
         tree = self.state.tree

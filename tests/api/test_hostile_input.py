@@ -507,3 +507,14 @@ def test_a_body_with_a_long_integer_is_refused_as_any_other(client: TestClient, 
     detail = r.json()["errors"][0]["detail"]
     assert detail.startswith("Malformed JSON") and says in detail, detail
     assert client.get("/resource_providers").json()["resource_providers"] == []
+
+
+def test_a_limit_of_more_digits_than_python_reads_is_no_limit(client: TestClient) -> None:
+    """limit=<5,000 digits> matches Placement's pattern; int() refuses past
+    4,300 digits: it was a 500. A limit past any count is no limit."""
+    rp = client.post("/resource_providers", json={"name": "h"}).json()["uuid"]
+    client.put(f"/resource_providers/{rp}/inventories", json={
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+    r = client.get("/allocation_candidates?resources=VCPU:1&limit=" + "5" * 5000)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["allocation_requests"]) == 1
