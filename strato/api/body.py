@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -133,8 +134,7 @@ def nul_fault(doc: Any) -> str | None:
 
 def _nul_detail(text: str, path: tuple[str, ...], *, key: bool = False) -> str:
     where = ".".join(path) or "body"
-    shown = text if len(text) <= 64 else text[:64] + "..."
-    return (f"JSON does not validate: {shown!r} holds a NUL character, which no text "
+    return (f"JSON does not validate: {shown(text)} holds a NUL character, which no text "
             f"may ({'a key ' if key else ''}at {where})")
 
 
@@ -279,6 +279,20 @@ _JSON_TYPES = {"int": "integer", "float": "number", "string": "string", "str": "
                "tuple": "array", "set": "array"}
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 200
+_SHOWN.maxdict = _SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxset = 10
+_SHOWN.maxlevel = 4
+_SHOWN.maxlong = 5000  # an integer is shown whole (Python reads at most 4,300 digits)
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` as an error names it, as jsonschema does, but at most a
+    few hundred characters of a long string or a big object: a 10 MB name
+    made a 10 MB 400 (a few such values, a multiple of the body)."""
+    return _SHOWN.repr(value)
+
+
 def _schema_message(e: Any) -> tuple[str, str]:
     """(message, validator) for one pydantic error, worded as jsonschema words it."""
     kind, ctx, value = e["type"], e.get("ctx") or {}, e.get("input")
@@ -289,37 +303,37 @@ def _schema_message(e: Any) -> tuple[str, str]:
         return (f"Additional properties are not allowed ('{loc[-1]}' was unexpected)",
                 "additionalProperties")
     if kind == "greater_than_equal":
-        return f"{value!r} is less than the minimum of {ctx.get('ge')}", "minimum"
+        return f"{shown(value)} is less than the minimum of {ctx.get('ge')}", "minimum"
     if kind == "greater_than":
-        return f"{value!r} is less than or equal to the minimum of {ctx.get('gt')}", \
+        return f"{shown(value)} is less than or equal to the minimum of {ctx.get('gt')}", \
             "exclusiveMinimum"
     if kind == "less_than_equal":
-        return f"{value!r} is greater than the maximum of {ctx.get('le')}", "maximum"
+        return f"{shown(value)} is greater than the maximum of {ctx.get('le')}", "maximum"
     if kind == "string_too_short":
-        return f"{value!r} is too short", "minLength"
+        return f"{shown(value)} is too short", "minLength"
     if kind == "string_too_long":
-        return f"{value!r} is too long", "maxLength"
+        return f"{shown(value)} is too long", "maxLength"
     if kind == "too_short":
         if isinstance(value, dict):
-            return f"{value!r} does not have enough properties", "minProperties"
-        return f"{value!r} is too short", "minItems"
+            return f"{shown(value)} does not have enough properties", "minProperties"
+        return f"{shown(value)} is too short", "minItems"
     if kind == "too_long":
         if isinstance(value, dict):
-            return f"{value!r} has too many properties", "maxProperties"
-        return f"{value!r} is too long", "maxItems"
+            return f"{shown(value)} has too many properties", "maxProperties"
+        return f"{shown(value)} is too long", "maxItems"
     if kind == "string_pattern_mismatch":
         pattern = str(ctx.get("pattern"))
         if loc and loc[-1] == "[key]":  # a key of an object: patternProperties
-            return (f"{value!r} does not match any of the regexes: {pattern!r}",
+            return (f"{shown(value)} does not match any of the regexes: {pattern!r}",
                     "additionalProperties")
         if "{8}-?" in pattern:  # the uuid pattern: a format in Placement's schemas
-            return f"{value!r} is not a 'uuid'", "format"
-        return f"{value!r} does not match {pattern!r}", "pattern"
+            return f"{shown(value)} is not a 'uuid'", "format"
+        return f"{shown(value)} does not match {pattern!r}", "pattern"
     if kind in ("uuid_parsing", "uuid_type"):
-        return f"{value!r} is not a 'uuid'", "format"
+        return f"{shown(value)} is not a 'uuid'", "format"
     base = kind.split("_")[0]
     if kind.endswith(("_type", "_parsing")) and base in _JSON_TYPES:
-        return f"{value!r} is not of type '{_JSON_TYPES[base]}'", "type"
+        return f"{shown(value)} is not of type '{_JSON_TYPES[base]}'", "type"
     if kind == "value_error":  # our own validators word it; drop pydantic's prefix
         message = str(e["msg"]).removeprefix("Value error, ")
         return message, "format" if message.endswith("is not a 'uuid'") else "value"

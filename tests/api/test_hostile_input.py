@@ -518,3 +518,24 @@ def test_a_limit_of_more_digits_than_python_reads_is_no_limit(client: TestClient
     r = client.get("/allocation_candidates?resources=VCPU:1&limit=" + "5" * 5000)
     assert r.status_code == 200, r.text
     assert len(r.json()["allocation_requests"]) == 1
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/resource_providers", {"name": "x" * 5_000_000}, "at name"),
+    ("/resource_classes", {"name": "CUSTOM_" + "A" * 5_000_000}, "at name"),
+    ("/allocations", {"5f9588de-079d-462a-a459-408524ab9b60": {
+        "allocations": {}, "project_id": "p" * 5_000_000, "user_id": "u",
+        "consumer_generation": None, "consumer_type": "INSTANCE"}}, "project_id"),
+    ("/allocations", {"5f9588de-079d-462a-a459-408524ab9b60": {
+        "allocations": {}, "project_id": "p", "user_id": "u", "consumer_generation": None,
+        "consumer_type": "INSTANCE", "mappings": {"x": "y" * 5_000_000}}}, "mappings"),
+])
+def test_a_400_names_a_huge_value_without_repeating_it(client: TestClient, path: str,
+                                                       body: Any, field: str) -> None:
+    """jsonschema's messages quote the value: a 5 MB name made a 5 MB 400
+    (several such values, a multiple of the body). A few hundred characters
+    of it are shown."""
+    r = client.post(path, json=body)
+    assert r.status_code == 400, r.text[:300]
+    assert len(r.content) < 2000, len(r.content)
+    assert field in r.json()["errors"][0]["detail"]

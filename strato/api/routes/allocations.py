@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps, query
-from strato.api.body import describe, model_of, read_checked, validate
+from strato.api.body import describe, model_of, read_checked, shown, validate
 from strato.api.microversion import (
     V1_8,
     V1_12,
@@ -77,14 +77,15 @@ def _check_mappings(value: dict[str, Any]) -> dict[str, Any]:
         if not _MAPPED_KEY.search(key):
             continue
         if not isinstance(uuids, list):
-            raise ValueError(f"{uuids!r} is not of type 'array' (mappings {key!r})")
+            raise ValueError(f"{shown(uuids)} is not of type 'array' (mappings {shown(key)})")
         if not uuids:
-            raise ValueError(f"[] is too short (mappings {key!r})")
+            raise ValueError(f"[] is too short (mappings {shown(key)})")
         for item in uuids:
             if not isinstance(item, str):
-                raise ValueError(f"{item!r} is not of type 'string' (mappings {key!r})")
+                raise ValueError(f"{shown(item)} is not of type 'string' "
+                                 f"(mappings {shown(key)})")
             if not _UUID.match(item):
-                raise ValueError(f"{item!r} is not a 'uuid'")
+                raise ValueError(f"{shown(item)} is not a 'uuid'")
     return value
 
 
