@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
+from annotated_types import MaxLen
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -404,6 +405,25 @@ def describe(exc: ValidationError, where: str = "") -> str:
 FAULTS_CHECKED_FROM = 64 * 1024
 
 
+def over_length(model: type[BaseModel], data: Any) -> str | None:
+    """FastAPI's words for the first list or object field of `model` (at the
+    top of the body `data`) longer than its max_length, or None. Pydantic
+    validates every item before it counts them: 100,000 placements where
+    1,000 may be held the event loop 1.5 s, to say so."""
+    if not isinstance(data, dict):
+        return None
+    for name, field in model.model_fields.items():
+        value = data.get(field.alias or name)
+        if not isinstance(value, (list, dict)):
+            continue
+        most = next((m.max_length for m in field.metadata if isinstance(m, MaxLen)), None)
+        if most is not None and len(value) > most:
+            kind = "List" if isinstance(value, list) else "Dictionary"
+            return (f"body.{field.alias or name}: {kind} should have at most {most} items "
+                    f"after validation, not {len(value)}")
+    return None
+
+
 def bounded_faults(model: type[BaseModel]) -> Callable[[Request], Awaitable[None]]:
     """A dependency for a route that takes a `model` body through FastAPI: a
     body of more faults than a 400 describes is refused here, worded as the
@@ -421,6 +441,9 @@ def bounded_faults(model: type[BaseModel]) -> Callable[[Request], Awaitable[None
             data = await request.json()
         except (ValueError, RecursionError):
             return  # not JSON: FastAPI says so
+        too_long = over_length(model, data)
+        if too_long is not None:
+            raise errors.BadRequest(too_long)
         try:
             model.model_validate(data)
         except ValidationError as exc:
