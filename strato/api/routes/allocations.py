@@ -389,7 +389,8 @@ async def _write_here(request: Request, claims: list[store.ConsumerClaim], *,
     """Write `claims` here, with the claims and releases of requests at work
     at once (SQLite: on the event loop, one transaction and one fsync for all
     of them, or in the writer thread's group commit when something else
-    writes, see `Database.written_here`; PostgreSQL: a pool thread); the
+    writes or the write is big, see `Database.written_here`; PostgreSQL: a
+    pool thread); the
     scheduler's index takes what moved without reading it back. A `release`
     of a consumer that holds nothing here writes nothing and answers False."""
     job, applied = request.app.state.scheduler.write_job(claims, release=release)
