@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import reprlib
 from collections.abc import Awaitable, Callable
@@ -89,14 +90,13 @@ def _exact(raw: bytes) -> Any:
     """`raw` read by Python's json, which keeps every integer exact; refused
     as orjson refuses them: NaN and Infinity, a lone surrogate."""
     try:
-        doc = json.loads(raw, parse_constant=_refuse)
+        doc = json.loads(raw, parse_constant=_refuse, parse_float=_finite)
         if _SURROGATE.search(raw):
             # A lone surrogate is no text (orjson: not UTF-8); a pair is one
             # character by now, and encodes.
             json.dumps(doc, ensure_ascii=False).encode()
     except _NonFinite as exc:
-        raise errors.BadRequest(f"Malformed JSON: {exc.token} is not a JSON value "
-                                "(numbers are finite)") from None
+        raise errors.BadRequest(exc.detail) from None
     except (ValueError, RecursionError) as exc:
         # ValueError: malformed, or an integer of more digits than Python
         # reads, or a lone surrogate (UnicodeEncodeError).
@@ -162,26 +162,44 @@ async def read_checked(request: Request, check: Callable[[Any], T]) -> T:
 
 
 class _NonFinite(Exception):
-    def __init__(self, token: str) -> None:
-        super().__init__(token)
-        self.token = token
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
 def _refuse(token: str) -> float:
-    raise _NonFinite(token)
+    raise _NonFinite(f"Malformed JSON: {token} is not a JSON value (numbers are finite)")
+
+
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or exponent, unless it is past the
+    largest float (1e400: Python's parser makes it infinity, orjson refuses it)."""
+    value = float(text)
+    if math.isinf(value):
+        raise _NonFinite(f"Malformed JSON: {shown(text)} is past the largest number "
+                         "(numbers are finite)")
+    return value
+
+
+# Where a number may be past the largest float: a three-digit exponent, or
+# 300 digits in a row (looked for once every digit is a 0, as `_LONG`).
+_HUGE = (b"e000", b"E000", b"e+000", b"E+000", b"0" * 300)
 
 
 def non_finite(raw: bytes) -> str | None:
-    """The first bare NaN, Infinity or -Infinity of the JSON document `raw`
-    (not JSON, RFC 8259, though Python's parser and pydantic's take them), or
-    None. Only a body with those letters in it is parsed (again) to tell a
-    token from a string that holds them."""
-    if b"NaN" not in raw and b"Infinity" not in raw:
+    """A 400's detail for the first bare NaN, Infinity or -Infinity of the
+    JSON document `raw` (not JSON, RFC 8259, though Python's parser and
+    pydantic's take them) or number past the largest float (1e400, which
+    they read as infinity), or None. Only a body that may hold one is parsed
+    (again) to tell a token from a string that holds its letters."""
+    digits = raw.translate(_DIGITS)
+    if (b"NaN" not in raw and b"Infinity" not in raw
+            and not any(huge in digits for huge in _HUGE)):
         return None
     try:
-        json.loads(raw, parse_constant=_refuse)
+        json.loads(raw, parse_constant=_refuse, parse_float=_finite)
     except _NonFinite as exc:
-        return exc.token
+        return exc.detail
     except (ValueError, RecursionError):
         return None  # malformed otherwise: the route says how
     return None
@@ -199,9 +217,10 @@ def _is_json(media: str) -> bool:
 
 
 class StratoJson:
-    """A /strato/v1 body with a bare NaN or Infinity is a 400 before any route
-    reads it (FastAPI's routes parse with Python's json module, which takes
-    them; range checks would catch most, worded as a range), and so is one
+    """A /strato/v1 body with a bare NaN or Infinity, or a number past the
+    largest float (1e400, read as infinity), is a 400 before any route reads
+    it (FastAPI's routes parse with Python's json module, which takes them;
+    range checks would catch most, worded as a range), and so is one
     with a NUL character in a string (`nul_fault`, as `loads` refuses it on
     the Placement routes). A body sent as another media type (`curl -d` sends
     a form's) is a 415 saying to send JSON, as on the Placement routes, not a
@@ -219,13 +238,12 @@ class StratoJson:
             return
         body, cut = await read_body(receive)
         media = _media(scope)
-        token = None if cut is not None else non_finite(body)
+        fault = None if cut is not None else non_finite(body)
         nul = None if cut is not None or _NUL not in body else _nul_in(body)
         if body and cut is None and not _is_json(media):
             status, title, detail = 415, "Unsupported Media Type", unsupported_media(media)
-        elif token is not None:
-            status, title = 400, "Bad Request"
-            detail = f"Malformed JSON: {token} is not a JSON value (numbers are finite)"
+        elif fault is not None:
+            status, title, detail = 400, "Bad Request", fault
         elif nul is not None:
             status, title, detail = 400, "Bad Request", nul
         else:

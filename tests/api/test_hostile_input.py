@@ -555,3 +555,20 @@ def test_a_list_past_its_length_is_refused_before_its_items_are_read(
     assert r.status_code == 400, r.text[:300]
     assert r.json()["errors"][0]["detail"] == (
         f"body.{field}: List should have at most {most} items after validation, not 100000")
+
+
+@pytest.mark.parametrize(("path", "raw"), [
+    ("/strato/v1/schedule", b'{"consumers": ["4e8a9c1e-6f0a-4c5b-9e0e-3c2b1a0f9d83"], '
+     b'"project_id": "p", "user_id": "u", "dry_run": true, "good_enough": 1e400, '
+     b'"groups": [{"resources": {"VCPU": 1}}]}'),
+    ("/strato/v1/schedule", b'{"consumers": [], "good_enough": 1' + b"0" * 400 + b'.5}'),
+    # Read by Python's json (a long integer in it), as orjson refuses 1E+400.
+    ("/resource_providers", b'{"name": "h", "x": [18446744073709551617, 1E+400]}'),
+])
+def test_a_number_past_the_largest_float_is_refused(client: TestClient, path: str,
+                                                    raw: bytes) -> None:
+    """Python's parser (FastAPI's, and Strato's for long integers) reads
+    1e400 as infinity: `good_enough` took it, where a bare Infinity is a 400."""
+    r = client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "is past the largest number (numbers are finite)" in r.json()["errors"][0]["detail"]
