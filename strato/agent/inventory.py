@@ -51,7 +51,9 @@ class Plan:
 
 
 def external_usage(used_on_host: float, placed: int, ratio: float) -> float:
-    return max(0.0, used_on_host - placed / ratio)
+    # A ratio of 0 (Placement takes one: the class then holds nothing) or
+    # less leaves no room for anything placed.
+    return max(0.0, used_on_host - (placed / ratio if ratio > 0 else 0.0))
 
 
 def _quantized(value: float, granule: int) -> int:

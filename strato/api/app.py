@@ -26,7 +26,7 @@ from strato.api import openapi
 from strato.api.audit import AuditLog
 from strato.api.auth import AuthStrategy, NoAuth, TokenAuth, WithZoneTokens
 from strato.api.below import ProvidersBelow
-from strato.api.body import MAX_DESCRIBED, FiniteJson, more_errors
+from strato.api.body import MAX_DESCRIBED, StratoJson, more_errors
 from strato.api.cors import CorsMiddleware, CorsPolicy
 from strato.api.fast import FastCandidates, FastSchedule
 from strato.api.metrics import HttpMetrics, Metrics
@@ -267,7 +267,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.add_middleware(FastCandidates)
     app.add_middleware(ProvidersBelow, state=app.state)
     app.add_middleware(FastSchedule, state=app.state)
-    app.add_middleware(FiniteJson)
+    app.add_middleware(StratoJson)
     app.add_middleware(StratoMiddleware, auth=strategy,
                        max_body_bytes=settings.max_body_bytes, zone_id=app.state.zone_id,
                        zone_name=settings.zone_name)

@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strato.api import deps, microversion
 from strato.api.middleware import replay_body
+from strato.api.query import capped_int
 from strato.api.responses import REQUEST_ID_KEY, strato_error_response
 from strato.api.routes import allocations as allocation_routes
 from strato.model import errors
@@ -212,8 +213,8 @@ class ProvidersBelow:
         query = scope.get("query_string", b"").decode("latin-1")
         limit = None
         for k, v in parse_qsl(query):
-            if k == "limit" and v.isdigit():
-                limit = int(v)
+            if k == "limit" and v.isascii() and v.isdigit():
+                limit = capped_int(v)
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         own = json.loads(body)
         tree = self.state.tree
@@ -298,6 +299,12 @@ class ProvidersBelow:
                 await self.app(scope, replay_body(raw, receive), send)
             return
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        if not _sendable(body):
+            await strato_error_response(errors.BadRequest(
+                "JSON does not validate: an integer past 64 bits (an amount or a "
+                "generation) cannot be sent to the zone below that has these providers"),
+                rid)(scope, receive, send)
+            return
         try:
             owner = await subtree.owner_of(tree, self.owners,
                                            {u.lower() for u in named - here}, version)
@@ -478,6 +485,17 @@ def _json_body(scope: Scope, raw: bytes) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise errors.BadRequest(f"Malformed JSON: {exc}") from None
+
+
+def _sendable(body: Any) -> bool:
+    """Whether `body` can be sent to another zone: the zone protocol's JSON
+    (orjson) holds integers of 64 bits, and Placement reads longer ones (an
+    amount of 2**64, a generation: as `allocation_routes` reads them)."""
+    try:
+        orjson.dumps(body)
+    except TypeError:
+        return False
+    return True
 
 
 def _media_type(scope: Scope) -> str:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
+import re
+import reprlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
+from annotated_types import MaxLen
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -16,14 +21,15 @@ from strato.api.responses import REQUEST_ID_KEY, error_response
 from strato.model import errors
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 def unsupported_media(media: str) -> str:
     return f"The media type {media or 'None'} is not supported, use application/json"
 
 
-async def read_json(request: Request) -> Any:
-    """The request's JSON document; 415 without a JSON content type, 400 if malformed."""
+async def json_bytes(request: Request) -> bytes:
+    """The request's body; 415 without a JSON content type, 400 if empty."""
     ctype = request.headers.get("content-type", "")
     media = ctype.split(";")[0].strip().lower()
     if media != "application/json":
@@ -31,33 +37,169 @@ async def read_json(request: Request) -> Any:
     raw = await request.body()
     if not raw:
         raise errors.BadRequest("Malformed JSON: the request body is empty")
+    return raw
+
+
+def loads(raw: bytes) -> Any:
+    """The JSON document `raw`; 400 if malformed, or if a string in it holds a
+    NUL character (`nul_fault`)."""
     try:
-        return orjson.loads(raw)
+        doc = _exact(raw) if _LONG in raw.translate(_DIGITS) else orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise errors.BadRequest(f"Malformed JSON: {exc}") from None
+    if _NUL in raw:
+        fault = nul_fault(doc)
+        if fault is not None:
+            raise errors.BadRequest(fault)
+    return doc
+
+
+def integral_numbers(doc: Any) -> int:
+    """Makes every integral float (1.0, 1e3) in the objects and arrays of
+    `doc` an int, in place; how many there were. Placement validates with
+    jsonschema's latest draft, for which such a number is an integer (a total
+    of 8.0 is a total of 8; 1.5 is no integer)."""
+    if not isinstance(doc, (dict, list)):
+        return 0
+    changed = 0
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            if isinstance(value, float):
+                if value.is_integer():
+                    node[key] = int(value)
+                    changed += 1
+            elif isinstance(value, (dict, list)):
+                stack.append(value)
+    return changed
+
+
+# Digits enough for an integer past 2**64 - 1 or below -2**63, which orjson
+# reads as a float (or refuses as infinite): 18446744073709551617 was "not of
+# type 'integer'" and 10**400 was malformed, where Placement (Python's json)
+# reads integers and names the maximum they are above. Looked for as 19
+# zeros once every digit is one (a regular expression took 0.13 s on 16 MiB,
+# this 0.02 s); a body that has them in a string is read the slower way.
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_LONG = b"0" * 19
+
+
+def _exact(raw: bytes) -> Any:
+    """`raw` read by Python's json, which keeps every integer exact; refused
+    as orjson refuses them: NaN and Infinity, a lone surrogate."""
+    try:
+        doc = json.loads(raw, parse_constant=_refuse, parse_float=_finite)
+        if _SURROGATE.search(raw):
+            # A lone surrogate is no text (orjson: not UTF-8); a pair is one
+            # character by now, and encodes.
+            json.dumps(doc, ensure_ascii=False).encode()
+    except _NonFinite as exc:
+        raise errors.BadRequest(exc.detail) from None
+    except (ValueError, RecursionError) as exc:
+        # ValueError: malformed, or an integer of more digits than Python
+        # reads, or a lone surrogate (UnicodeEncodeError).
+        raise errors.BadRequest(f"Malformed JSON: {exc}") from None
+    return doc
+
+
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+# How JSON writes a NUL character (a raw one is malformed JSON): a body
+# without it has none, and is not walked.
+_NUL = b"\\u0000"
+
+
+def nul_fault(doc: Any) -> str | None:
+    """A 400's detail naming the first string (a value or a key) of the JSON
+    document `doc` that holds a NUL character, or None. PostgreSQL's text
+    cannot hold one (the write was a 400 naming no field) and SQLite's stored
+    it: no field takes one, on either."""
+    stack: list[tuple[tuple[str, ...], Any]] = [((), doc)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return _nul_detail(node, path)
+        elif isinstance(node, dict):
+            for key in node:
+                if "\x00" in key:
+                    return _nul_detail(key, path, key=True)
+            stack.extend(((*path, k), v) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend(((*path, str(i)), v) for i, v in reversed(list(enumerate(node))))
+    return None
+
+
+def _nul_detail(text: str, path: tuple[str, ...], *, key: bool = False) -> str:
+    where = ".".join(path) or "body"
+    return (f"JSON does not validate: {shown(text)} holds a NUL character, which no text "
+            f"may ({'a key ' if key else ''}at {where})")
+
+
+async def read_json(request: Request) -> Any:
+    """The request's JSON document; 415 without a JSON content type, 400 if malformed."""
+    return loads(await json_bytes(request))
+
+
+# A body this big or bigger is parsed and checked in a worker thread: a 9 MiB
+# POST /allocations took 0.4 s to parse and as long to validate, and the
+# event loop, which answers every other request, waited for both. (The parse
+# holds the GIL wherever it runs; validation, a call per consumer, lets the
+# loop in between.)
+OFF_LOOP_FROM = 64 * 1024
+
+
+async def read_checked(request: Request, check: Callable[[Any], T]) -> T:
+    """`check` of the request's JSON document (`read_json`), off the event
+    loop for a big body."""
+    raw = await json_bytes(request)
+    if len(raw) < OFF_LOOP_FROM:
+        return check(loads(raw))
+    return await run_in_threadpool(lambda: check(loads(raw)))
 
 
 class _NonFinite(Exception):
-    def __init__(self, token: str) -> None:
-        super().__init__(token)
-        self.token = token
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
 def _refuse(token: str) -> float:
-    raise _NonFinite(token)
+    raise _NonFinite(f"Malformed JSON: {token} is not a JSON value (numbers are finite)")
+
+
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or exponent, unless it is past the
+    largest float (1e400: Python's parser makes it infinity, orjson refuses it)."""
+    value = float(text)
+    if math.isinf(value):
+        raise _NonFinite(f"Malformed JSON: {shown(text)} is past the largest number "
+                         "(numbers are finite)")
+    return value
+
+
+# Where a number may be past the largest float: a three-digit exponent, or
+# 300 digits in a row (looked for once every digit is a 0, as `_LONG`).
+_HUGE = (b"e000", b"E000", b"e+000", b"E+000", b"0" * 300)
 
 
 def non_finite(raw: bytes) -> str | None:
-    """The first bare NaN, Infinity or -Infinity of the JSON document `raw`
-    (not JSON, RFC 8259, though Python's parser and pydantic's take them), or
-    None. Only a body with those letters in it is parsed (again) to tell a
-    token from a string that holds them."""
-    if b"NaN" not in raw and b"Infinity" not in raw:
+    """A 400's detail for the first bare NaN, Infinity or -Infinity of the
+    JSON document `raw` (not JSON, RFC 8259, though Python's parser and
+    pydantic's take them) or number past the largest float (1e400, which
+    they read as infinity), or None. Only a body that may hold one is parsed
+    (again) to tell a token from a string that holds its letters."""
+    digits = raw.translate(_DIGITS)
+    if (b"NaN" not in raw and b"Infinity" not in raw
+            and not any(huge in digits for huge in _HUGE)):
         return None
     try:
-        json.loads(raw, parse_constant=_refuse)
+        json.loads(raw, parse_constant=_refuse, parse_float=_finite)
     except _NonFinite as exc:
-        return exc.token
+        return exc.detail
     except (ValueError, RecursionError):
         return None  # malformed otherwise: the route says how
     return None
@@ -74,12 +216,15 @@ def _is_json(media: str) -> bool:
         media.startswith("application/") and media.endswith("+json"))
 
 
-class FiniteJson:
-    """A /strato/v1 body with a bare NaN or Infinity is a 400 before any route
-    reads it (FastAPI's routes parse with Python's json module, which takes
-    them; range checks would catch most, worded as a range). A body sent as
-    another media type (`curl -d` sends a form's) is a 415 saying to send
-    JSON, as on the Placement routes, not a 400 about a missing object."""
+class StratoJson:
+    """A /strato/v1 body with a bare NaN or Infinity, or a number past the
+    largest float (1e400, read as infinity), is a 400 before any route reads
+    it (FastAPI's routes parse with Python's json module, which takes them;
+    range checks would catch most, worded as a range), and so is one
+    with a NUL character in a string (`nul_fault`, as `loads` refuses it on
+    the Placement routes). A body sent as another media type (`curl -d` sends
+    a form's) is a 415 saying to send JSON, as on the Placement routes, not a
+    400 about a missing object."""
 
     PREFIX = "/strato/v1/"
 
@@ -93,12 +238,14 @@ class FiniteJson:
             return
         body, cut = await read_body(receive)
         media = _media(scope)
-        token = None if cut is not None else non_finite(body)
+        fault = None if cut is not None else non_finite(body)
+        nul = None if cut is not None or _NUL not in body else _nul_in(body)
         if body and cut is None and not _is_json(media):
             status, title, detail = 415, "Unsupported Media Type", unsupported_media(media)
-        elif token is not None:
-            status, title = 400, "Bad Request"
-            detail = f"Malformed JSON: {token} is not a JSON value (numbers are finite)"
+        elif fault is not None:
+            status, title, detail = 400, "Bad Request", fault
+        elif nul is not None:
+            status, title, detail = 400, "Bad Request", nul
         else:
             await self.app(scope, replay_body(body, receive, cut), send)
             return
@@ -110,16 +257,36 @@ class FiniteJson:
         await response(scope, receive, send)
 
 
+def _nul_in(raw: bytes) -> str | None:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None  # malformed: the route says how
+    return nul_fault(doc)
+
+
+def model_of(model: type[M], data: Any) -> M:
+    """`data` (a JSON document) as `model`, strictly, or ValidationError; an
+    integral float is an integer (`integral_numbers`), looked for only when
+    the document does not validate as it is."""
+    try:
+        return model.model_validate(data, strict=True)
+    except ValidationError:
+        if not integral_numbers(data):
+            raise
+    return model.model_validate(data, strict=True)
+
+
 def validate(model: type[M], data: Any) -> M:
     """`data` as `model`; a 400 whose detail names every offending field."""
     try:
-        return model.model_validate(data, strict=True)
+        return model_of(model, data)
     except ValidationError as exc:
         raise errors.BadRequest("JSON does not validate: " + describe(exc)) from None
 
 
 async def read_model(request: Request, model: type[M]) -> M:
-    return validate(model, await read_json(request))
+    return await read_checked(request, lambda data: validate(model, data))
 
 
 # The JSON Schema validator of the pydantic error types `_schema_message` does
@@ -129,6 +296,20 @@ _VALIDATORS = {"less_than": "exclusiveMaximum", "literal_error": "enum", "enum":
 _JSON_TYPES = {"int": "integer", "float": "number", "string": "string", "str": "string",
                "bool": "boolean", "list": "array", "dict": "object", "model": "object",
                "tuple": "array", "set": "array"}
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 200
+_SHOWN.maxdict = _SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxset = 10
+_SHOWN.maxlevel = 4
+_SHOWN.maxlong = 5000  # an integer is shown whole (Python reads at most 4,300 digits)
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` as an error names it, as jsonschema does, but at most a
+    few hundred characters of a long string or a big object: a 10 MB name
+    made a 10 MB 400 (a few such values, a multiple of the body)."""
+    return _SHOWN.repr(value)
 
 
 def _schema_message(e: Any) -> tuple[str, str]:
@@ -141,37 +322,37 @@ def _schema_message(e: Any) -> tuple[str, str]:
         return (f"Additional properties are not allowed ('{loc[-1]}' was unexpected)",
                 "additionalProperties")
     if kind == "greater_than_equal":
-        return f"{value!r} is less than the minimum of {ctx.get('ge')}", "minimum"
+        return f"{shown(value)} is less than the minimum of {ctx.get('ge')}", "minimum"
     if kind == "greater_than":
-        return f"{value!r} is less than or equal to the minimum of {ctx.get('gt')}", \
+        return f"{shown(value)} is less than or equal to the minimum of {ctx.get('gt')}", \
             "exclusiveMinimum"
     if kind == "less_than_equal":
-        return f"{value!r} is greater than the maximum of {ctx.get('le')}", "maximum"
+        return f"{shown(value)} is greater than the maximum of {ctx.get('le')}", "maximum"
     if kind == "string_too_short":
-        return f"{value!r} is too short", "minLength"
+        return f"{shown(value)} is too short", "minLength"
     if kind == "string_too_long":
-        return f"{value!r} is too long", "maxLength"
+        return f"{shown(value)} is too long", "maxLength"
     if kind == "too_short":
         if isinstance(value, dict):
-            return f"{value!r} does not have enough properties", "minProperties"
-        return f"{value!r} is too short", "minItems"
+            return f"{shown(value)} does not have enough properties", "minProperties"
+        return f"{shown(value)} is too short", "minItems"
     if kind == "too_long":
         if isinstance(value, dict):
-            return f"{value!r} has too many properties", "maxProperties"
-        return f"{value!r} is too long", "maxItems"
+            return f"{shown(value)} has too many properties", "maxProperties"
+        return f"{shown(value)} is too long", "maxItems"
     if kind == "string_pattern_mismatch":
         pattern = str(ctx.get("pattern"))
         if loc and loc[-1] == "[key]":  # a key of an object: patternProperties
-            return (f"{value!r} does not match any of the regexes: {pattern!r}",
+            return (f"{shown(value)} does not match any of the regexes: {pattern!r}",
                     "additionalProperties")
         if "{8}-?" in pattern:  # the uuid pattern: a format in Placement's schemas
-            return f"{value!r} is not a 'uuid'", "format"
-        return f"{value!r} does not match {pattern!r}", "pattern"
+            return f"{shown(value)} is not a 'uuid'", "format"
+        return f"{shown(value)} does not match {pattern!r}", "pattern"
     if kind in ("uuid_parsing", "uuid_type"):
-        return f"{value!r} is not a 'uuid'", "format"
+        return f"{shown(value)} is not a 'uuid'", "format"
     base = kind.split("_")[0]
     if kind.endswith(("_type", "_parsing")) and base in _JSON_TYPES:
-        return f"{value!r} is not of type '{_JSON_TYPES[base]}'", "type"
+        return f"{shown(value)} is not of type '{_JSON_TYPES[base]}'", "type"
     if kind == "value_error":  # our own validators word it; drop pydantic's prefix
         message = str(e["msg"]).removeprefix("Value error, ")
         return message, "format" if message.endswith("is not a 'uuid'") else "value"
@@ -242,6 +423,25 @@ def describe(exc: ValidationError, where: str = "") -> str:
 FAULTS_CHECKED_FROM = 64 * 1024
 
 
+def over_length(model: type[BaseModel], data: Any) -> str | None:
+    """FastAPI's words for the first list or object field of `model` (at the
+    top of the body `data`) longer than its max_length, or None. Pydantic
+    validates every item before it counts them: 100,000 placements where
+    1,000 may be held the event loop 1.5 s, to say so."""
+    if not isinstance(data, dict):
+        return None
+    for name, field in model.model_fields.items():
+        value = data.get(field.alias or name)
+        if not isinstance(value, (list, dict)):
+            continue
+        most = next((m.max_length for m in field.metadata if isinstance(m, MaxLen)), None)
+        if most is not None and len(value) > most:
+            kind = "List" if isinstance(value, list) else "Dictionary"
+            return (f"body.{field.alias or name}: {kind} should have at most {most} items "
+                    f"after validation, not {len(value)}")
+    return None
+
+
 def bounded_faults(model: type[BaseModel]) -> Callable[[Request], Awaitable[None]]:
     """A dependency for a route that takes a `model` body through FastAPI: a
     body of more faults than a 400 describes is refused here, worded as the
@@ -259,6 +459,9 @@ def bounded_faults(model: type[BaseModel]) -> Callable[[Request], Awaitable[None
             data = await request.json()
         except (ValueError, RecursionError):
             return  # not JSON: FastAPI says so
+        too_long = over_length(model, data)
+        if too_long is not None:
+            raise errors.BadRequest(too_long)
         try:
             model.model_validate(data)
         except ValidationError as exc:

@@ -13,6 +13,7 @@ import base64
 import logging
 import uuid
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -141,6 +142,11 @@ class StratoMiddleware:
                 # off the event loop.
                 scope[CONTEXT_KEY] = (await slow(headers) if slow is not None
                                       else self.auth.authenticate(headers))
+            nul = nul_parameter(scope.get("query_string", b""))
+            if nul is not None:
+                raise errors.BadRequest(
+                    f"Invalid query string parameters: {nul!r} holds a NUL character, "
+                    "which no stored text does", errors.QUERYPARAM_BAD_VALUE)
             length = headers.get("content-length")
             if length is not None and not length.strip().isdigit():
                 raise errors.BadRequest("content-length header must be an integer")
@@ -194,6 +200,18 @@ class StratoMiddleware:
             return message
 
         return wrapped
+
+
+def nul_parameter(query: bytes) -> str | None:
+    """The name of the first query parameter whose name or value holds a NUL
+    character (%00), or None. PostgreSQL's text cannot hold one: a lookup was
+    a 400 naming no parameter there, an empty answer on SQLite."""
+    if b"%00" not in query:
+        return None
+    for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+        if "\x00" in name or "\x00" in value:
+            return name
+    return None
 
 
 async def _read_capped(receive: Receive, limit: int) -> bytes | None:

@@ -47,6 +47,13 @@ def is_uuid(value: str) -> bool:
 MAX_AMOUNT = 2**63 - 1
 
 
+def capped_int(digits: str, cap: int = MAX_AMOUNT) -> int:
+    """The value of a string of ASCII digits, at most `cap` (a limit past any
+    count is no limit): Python reads no more than 4,300 digits (a ValueError,
+    which was a 500), and needs not read more than `cap` has."""
+    return cap if len(digits) > len(str(cap)) else min(int(digits), cap)
+
+
 def parse_resources(value: str, param: str = "resources") -> tuple[tuple[str, int], ...]:
     """(class, amount) pairs, checked and worded as Placement's util does (its messages
     name `resources` whatever the group suffix; a repeated class keeps its last amount)."""

@@ -30,9 +30,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import httptools
+from uvicorn.protocols.http.flow_control import service_unavailable
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _HEAD_END = b"\r\n\r\n"
@@ -198,17 +201,49 @@ class GuardedHttp(HttpToolsProtocol):
         self._head_bytes = 0
         self._line_done = False
 
+    def send_400_response(self, msg: str) -> None:
+        """A request the parser cannot read: Placement's error (uvicorn's is
+        plain text, without a request id)."""
+        self._refuse(400, msg)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        # Past the connection limit uvicorn answers with its own app, plain text.
+        super()._start_asgi_task(cycle, _overloaded if app is service_unavailable else app)
+
     def _refuse(self, status: int, why: str) -> None:
         """Answer `status` in Placement's error format and close."""
         self._disarm()
-        title = {408: "Request Timeout", 414: "URI Too Long",
-                 431: "Request Header Fields Too Large"}[status]
-        body = json.dumps({"errors": [{"status": status, "title": title, "detail": why,
-                                       "code": "placement.undefined_code"}]}).encode()
-        head = (f"HTTP/1.1 {status} {title}\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
+        headers, body = refusal(status, why)
+        head = f"HTTP/1.1 {status} {_TITLES[status]}\r\n".encode() + b"".join(
+            k + b": " + v + b"\r\n" for k, v in headers) + b"\r\n"
         if self.cycle is not None:
             self.cycle.disconnected = True
             self.cycle.message_event.set()
         self.transport.write(head + body)
         self.transport.close()
+
+
+_TITLES = {400: "Bad Request", 408: "Request Timeout", 414: "URI Too Long",
+           431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+def refusal(status: int, why: str) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The headers and body of the server's own refusal: Placement's error,
+    with a request id (in the body and its header) as the app's errors have."""
+    request_id = f"req-{uuid.uuid4()}"
+    body = json.dumps({"errors": [{"status": status, "title": _TITLES[status], "detail": why,
+                                   "code": "placement.undefined_code",
+                                   "request_id": request_id}]}).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode()),
+               (b"x-openstack-request-id", request_id.encode()), (b"connection", b"close")]
+    if status == 503:
+        headers.append((b"retry-after", b"1"))
+    return headers, body
+
+
+async def _overloaded(scope: Any, receive: Any, send: Any) -> None:
+    headers, body = refusal(503, "too many connections: the server is at its limit; "
+                                 "retry later")
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -70,6 +70,7 @@ def upsert_child(conn: Connection, name: str, url: str, location_prefix: str | N
 
 
 def delete_child(conn: Connection, name: str) -> None:
-    res = conn.execute(sa.delete(children).where(children.c.name == name))
-    if res.rowcount == 0:
+    # None is named with a NUL (PostgreSQL refuses the query).
+    if "\x00" in name or conn.execute(
+            sa.delete(children).where(children.c.name == name)).rowcount == 0:
         raise errors.NotFound(f"No child zone named {name!r}")

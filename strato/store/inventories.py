@@ -59,8 +59,8 @@ def inventory_problem(invent: Inventory, *, reserved_may_equal_total: bool = Tru
     for name, value, low in bounds:
         if not low <= value <= MAX_INT:
             return f"{name} must be between {low} and {MAX_INT}, got {value}"
-    if not 0 < invent.allocation_ratio <= MAX_FLOAT:
-        return f"allocation_ratio must be greater than 0, got {invent.allocation_ratio}"
+    if invent.allocation_ratio > MAX_FLOAT:
+        return f"allocation_ratio must be at most {MAX_FLOAT}, got {invent.allocation_ratio}"
     if invent.min_unit > invent.max_unit:
         return (f"min_unit ({invent.min_unit}) must not be greater than max_unit "
                 f"({invent.max_unit})")

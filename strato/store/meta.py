@@ -150,7 +150,8 @@ def _meta(r: sa.Row[tuple[object, ...]]) -> Meta:
 
 def get_meta(conn: Connection, uuid: str) -> Meta:
     """One provider's metadata (defaults when it has none); 404 if no such provider."""
-    r = conn.execute(_select().where(rp.c.uuid == uuid)).first()
+    # None has a NUL in its uuid (PostgreSQL refuses the query).
+    r = None if "\x00" in uuid else conn.execute(_select().where(rp.c.uuid == uuid)).first()
     if r is None:
         raise errors.NotFound(f"No resource provider with uuid {uuid} found",
                               errors.RESOURCE_PROVIDER_NOT_FOUND)

@@ -90,6 +90,8 @@ def list_classes(conn: Connection) -> list[ResourceClass]:
 
 def get_class_or_none(conn: Connection, name: str, *, for_update: bool = False
                       ) -> ResourceClass | None:
+    if "\x00" in name:
+        return None  # none is named so (PostgreSQL refuses the query)
     q = sa.select(rc_t).where(rc_t.c.name == name)
     if for_update and conn.dialect.name == "postgresql":
         q = q.with_for_update()

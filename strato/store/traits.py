@@ -87,6 +87,8 @@ def list_traits(conn: Connection, f: TraitFilters = TraitFilters()) -> list[Trai
 
 def get_trait_or_none(conn: Connection, name: str, *, for_update: bool = False
                       ) -> Trait | None:
+    if "\x00" in name:
+        return None  # none is named so (PostgreSQL refuses the query)
     q = sa.select(traits).where(traits.c.name == name)
     if for_update and conn.dialect.name == "postgresql":
         q = q.with_for_update()

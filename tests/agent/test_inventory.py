@@ -75,3 +75,14 @@ def test_a_vanished_class_is_dropped_unless_allocated() -> None:
     assert "DISK_GB" not in plan(nodisk, CFG, current, {}).inventories
     kept = plan(nodisk, CFG, current, {"DISK_GB": 10}).inventories["DISK_GB"]
     assert kept["total"] == kept["reserved"] == 50  # full, allocations untouched
+
+
+def test_an_allocation_ratio_of_zero_set_in_the_zone_is_planned_for() -> None:
+    """Placement (and the zone) take a ratio of 0 from 1.26: the class holds
+    nothing. The agent divided what was placed by it."""
+    current: dict[str, dict[str, Any]] = {"VCPU": {
+        "total": 8, "reserved": 0, "min_unit": 1, "max_unit": 8, "step_size": 1,
+        "allocation_ratio": 0.0}}
+    p = plan(facts(VCPU=2.0), CFG, current, {"VCPU": 3})
+    assert p.external["VCPU"] == 2
+    assert p.inventories["VCPU"]["allocation_ratio"] == 0.0

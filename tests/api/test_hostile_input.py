@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -337,3 +338,237 @@ def test_many_faults_with_lone_surrogates_are_a_400(client: TestClient, path: st
     r = client.post(path, content=raw.encode(), headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text[:300]
     assert "more error" in r.json()["errors"][0]["detail"], r.text[:300]
+
+
+@pytest.mark.parametrize("route", ["allocations", "reshaper"])
+def test_a_big_write_is_validated_off_the_event_loop(client: TestClient, route: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validating 10,000 consumers takes a tenth of a second or more (a 9 MiB
+    body: 0.4 s), and the event loop answers every other request."""
+    from strato.api.routes import allocations, reshaper
+
+    on_loop: list[bool] = []
+    real = allocations.validate_consumer
+
+    def spy(*args: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(*args)
+
+    monkeypatch.setattr(allocations, "validate_consumer", spy)
+    monkeypatch.setattr(reshaper, "validate_consumer", spy)
+    r = client.post("/resource_providers", json={"name": "h"})
+    rp = r.json()["uuid"]
+    r = client.put(f"/resource_providers/{rp}/inventories", json={
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 10_000}}})
+    assert r.status_code == 200, r.text
+    consumers = {str(uuid.uuid4()): {"allocations": {rp: {"resources": {"VCPU": 1}}},
+                                     "project_id": "p", "user_id": "u",
+                                     "consumer_generation": None, "consumer_type": "INSTANCE"}
+                 for _ in range(1000)}
+    path, body = ("/allocations", consumers) if route == "allocations" else (
+        "/reshaper", {"allocations": consumers, "inventories": {rp: {
+            "resource_provider_generation": 1, "inventories": {"VCPU": {"total": 10_000}}}}})
+    r = client.post(path, json=body)
+    assert r.status_code == 204, r.text
+    assert on_loop and not any(on_loop)
+
+
+def _nul_writes(rp: str) -> list[tuple[str, str, Any, str]]:
+    """(method, path, body, the field the 400 names) of writes with a NUL in a string."""
+    def alloc(**extra: Any) -> dict[str, Any]:
+        return {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE",
+                **extra}
+    c = str(uuid.uuid4())
+    return [
+        ("PUT", f"/allocations/{c}", alloc(project_id="a\x00b"), "at project_id"),
+        ("PUT", f"/allocations/{c}", alloc(user_id="\x00"), "at user_id"),
+        ("POST", "/allocations", {c: alloc(user_id="u\x00")}, f"at {c}.user_id"),
+        ("PUT", f"/allocations/{c}", alloc(consumer_type="INSTANCE\x00"), "at consumer_type"),
+        ("PUT", f"/allocations/{c}", {**alloc(), "allocations": {rp + "\x00": {}}},
+         "a key at allocations"),
+        ("POST", "/resource_providers", {"name": "h\x00"}, "at name"),
+        ("PUT", f"/resource_providers/{rp}", {"name": "h\x00"}, "at name"),
+        ("POST", "/strato/v1/schedule", {"consumers": [c], "project_id": "p\x00",
+                                         "user_id": "u", "resources": {"VCPU": 1}},
+         "at project_id"),
+        ("PUT", f"/strato/v1/providers/{rp}/meta", {"location": "dfw", "tags": ["a\x00"]},
+         "at tags.0"),
+    ]
+
+
+def test_a_nul_character_in_any_string_is_a_400_naming_the_field(
+        any_client: TestClient) -> None:
+    """PostgreSQL's text cannot hold a NUL: it was a 400 naming no field
+    ('invalid value in request: DataError'), and SQLite stored it. Now both
+    answer the same 400, naming the field, with nothing written."""
+    rp = any_client.post("/resource_providers", json={"name": "h"}).json()["uuid"]
+    r = any_client.put(f"/resource_providers/{rp}/inventories", json={
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+    assert r.status_code == 200, r.text
+    for method, path, body, field in _nul_writes(rp):
+        r = any_client.request(method, path, json=body)
+        assert r.status_code == 400, (path, r.text)
+        detail = r.json()["errors"][0]["detail"]
+        assert "NUL character" in detail and f"({field})" in detail, (path, detail)
+    assert any_client.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 0}
+    assert [p["name"] for p in any_client.get("/resource_providers").json()[
+        "resource_providers"]] == ["h"]
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("GET", "/resource_classes/A%00", 404), ("DELETE", "/resource_classes/CUSTOM_A%00", 404),
+    ("GET", "/traits/A%00", 404), ("DELETE", "/traits/CUSTOM_A%00", 404),
+    ("GET", "/allocations/a%00", 200), ("DELETE", "/strato/v1/children/a%00", 404),
+    ("GET", "/strato/v1/providers/a%00/meta", 404)])
+def test_a_nul_in_a_path_finds_nothing_on_either_database(
+        any_client: TestClient, method: str, path: str, status: int) -> None:
+    """Nothing stored holds a NUL: SQLite found nothing, PostgreSQL refused
+    the query (a 400 naming nothing). Both find nothing, without a query."""
+    r = any_client.request(method, path)
+    assert r.status_code == status, r.text
+    if status == 200:
+        assert r.json() == {"allocations": {}}
+
+
+@pytest.mark.parametrize("query", [
+    "/resource_providers?name=a%00", "/usages?project_id=a%00",
+    "/usages?project_id=p&user_id=a%00", "/traits?name=in:A%00",
+    "/traits?name=startswith:A%00", "/strato/v1/providers?location=a%00",
+    "/resource_providers?a%00=1"])
+def test_a_nul_in_a_query_parameter_is_a_400_naming_it_on_either_database(
+        any_client: TestClient, query: str) -> None:
+    """PostgreSQL refused the lookup (a 400 naming nothing), SQLite answered
+    it (an empty list); both now say which parameter holds the NUL."""
+    r = any_client.get(query)
+    assert r.status_code == 400, r.text
+    name = query.split("&")[-1].split("?")[-1].split("=")[0].replace("%00", "\\x00")
+    assert f"'{name}' holds a NUL character" in r.json()["errors"][0]["detail"], r.text
+    assert r.json()["errors"][0]["code"] == "placement.query.bad_value"
+
+
+@pytest.mark.parametrize("total", [2**64 + 1, 10**400, -(2**63) - 1])
+def test_an_integer_past_64_bits_is_an_integer(any_client: TestClient, total: int) -> None:
+    """orjson read 2**64 + 1 as a float ("not of type 'integer'") and 10**400
+    as malformed; Placement (Python's json, jsonschema) reads integers, and
+    names the bound they break."""
+    rp = any_client.post("/resource_providers", json={"name": "h"}).json()["uuid"]
+    raw = f'{{"resource_provider_generation": 0, "inventories": {{"VCPU": {{"total": {total}}}}}}}'
+    r = any_client.put(f"/resource_providers/{rp}/inventories", content=raw,
+                       headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    detail = r.json()["errors"][0]["detail"]
+    bound = "greater than the maximum of 2147483647" if total > 0 else \
+        "less than the minimum of 1"
+    assert f"{total} is {bound} (at inventories.VCPU.total" in detail, detail
+    # A generation (no bound in Placement's schema) is a stale one: 409.
+    raw = f'{{"resource_provider_generation": {total}, "inventories": {{"VCPU": {{"total": 8}}}}}}'
+    r = any_client.put(f"/resource_providers/{rp}/inventories", content=raw,
+                       headers={"content-type": "application/json"})
+    assert r.status_code == 409, r.text
+    assert any_client.get(f"/resource_providers/{rp}/inventories").json()["inventories"] == {}
+
+
+def test_an_allocation_past_64_bits_is_above_max_unit(any_client: TestClient) -> None:
+    """Placement's schema bounds an amount below only: one past 64 bits is
+    refused as one past 63 bits is, by the provider's max_unit (409)."""
+    rp = any_client.post("/resource_providers", json={"name": "h"}).json()["uuid"]
+    any_client.put(f"/resource_providers/{rp}/inventories", json={
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+    c = str(uuid.uuid4())
+    for amount in (2**63, 2**64 + 1, 2**70):
+        raw = (f'{{"allocations": {{"{rp}": {{"resources": {{"VCPU": {amount}}}}}}}, '
+               '"project_id": "p", "user_id": "u", "consumer_generation": null, '
+               '"consumer_type": "INSTANCE"}')
+        r = any_client.put(f"/allocations/{c}", content=raw,
+                           headers={"content-type": "application/json"})
+        assert r.status_code == 409, r.text
+        assert f"amount {amount} is above max_unit" in r.json()["errors"][0]["detail"]
+    assert any_client.get(f"/allocations/{c}").json() == {"allocations": {}}
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    (b'{"name": "h", "x": [NaN, 18446744073709551617]}', "NaN is not a JSON value"),
+    (b'{"name": "\\ud800", "x": 18446744073709551617}', "surrogates not allowed"),
+    (b'{"name": "h", "x": 1' + b"0" * 5000 + b"}", "Exceeds the limit"),
+    (b'{"name": "h", "x": 18446744073709551617', "Malformed JSON"),
+])
+def test_a_body_with_a_long_integer_is_refused_as_any_other(client: TestClient, raw: bytes,
+                                                            says: str) -> None:
+    """Such a body is read by Python's json, which takes NaN and lone
+    surrogates that orjson refuses: still refused, and malformed."""
+    r = client.post("/resource_providers", content=raw,
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    detail = r.json()["errors"][0]["detail"]
+    assert detail.startswith("Malformed JSON") and says in detail, detail
+    assert client.get("/resource_providers").json()["resource_providers"] == []
+
+
+def test_a_limit_of_more_digits_than_python_reads_is_no_limit(client: TestClient) -> None:
+    """limit=<5,000 digits> matches Placement's pattern; int() refuses past
+    4,300 digits: it was a 500. A limit past any count is no limit."""
+    rp = client.post("/resource_providers", json={"name": "h"}).json()["uuid"]
+    client.put(f"/resource_providers/{rp}/inventories", json={
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+    r = client.get("/allocation_candidates?resources=VCPU:1&limit=" + "5" * 5000)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["allocation_requests"]) == 1
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/resource_providers", {"name": "x" * 5_000_000}, "at name"),
+    ("/resource_classes", {"name": "CUSTOM_" + "A" * 5_000_000}, "at name"),
+    ("/allocations", {"5f9588de-079d-462a-a459-408524ab9b60": {
+        "allocations": {}, "project_id": "p" * 5_000_000, "user_id": "u",
+        "consumer_generation": None, "consumer_type": "INSTANCE"}}, "project_id"),
+    ("/allocations", {"5f9588de-079d-462a-a459-408524ab9b60": {
+        "allocations": {}, "project_id": "p", "user_id": "u", "consumer_generation": None,
+        "consumer_type": "INSTANCE", "mappings": {"x": "y" * 5_000_000}}}, "mappings"),
+])
+def test_a_400_names_a_huge_value_without_repeating_it(client: TestClient, path: str,
+                                                       body: Any, field: str) -> None:
+    """jsonschema's messages quote the value: a 5 MB name made a 5 MB 400
+    (several such values, a multiple of the body). A few hundred characters
+    of it are shown."""
+    r = client.post(path, json=body)
+    assert r.status_code == 400, r.text[:300]
+    assert len(r.content) < 2000, len(r.content)
+    assert field in r.json()["errors"][0]["detail"]
+
+
+@pytest.mark.parametrize(("path", "field", "most"), [
+    ("/strato/v1/claims", "placements", 1000), ("/strato/v1/claims/confirm", "consumers", 1000),
+    ("/strato/v1/schedule", "consumers", 1000)])
+def test_a_list_past_its_length_is_refused_before_its_items_are_read(
+        client: TestClient, path: str, field: str, most: int) -> None:
+    """Pydantic validates every item before it counts them: 100,000
+    placements where 1,000 may be (14 MB) held the event loop 1.5 s, twice
+    validated, to say so. The count is read first: the 400 says only that."""
+    item: Any = {"consumer_uuid": "not-a-uuid", "allocations": {}} \
+        if field == "placements" else "not-a-uuid"
+    r = client.post(path, json={field: [item] * 100_000})
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["errors"][0]["detail"] == (
+        f"body.{field}: List should have at most {most} items after validation, not 100000")
+
+
+@pytest.mark.parametrize(("path", "raw"), [
+    ("/strato/v1/schedule", b'{"consumers": ["4e8a9c1e-6f0a-4c5b-9e0e-3c2b1a0f9d83"], '
+     b'"project_id": "p", "user_id": "u", "dry_run": true, "good_enough": 1e400, '
+     b'"groups": [{"resources": {"VCPU": 1}}]}'),
+    ("/strato/v1/schedule", b'{"consumers": [], "good_enough": 1' + b"0" * 400 + b'.5}'),
+    # Read by Python's json (a long integer in it), as orjson refuses 1E+400.
+    ("/resource_providers", b'{"name": "h", "x": [18446744073709551617, 1E+400]}'),
+])
+def test_a_number_past_the_largest_float_is_refused(client: TestClient, path: str,
+                                                    raw: bytes) -> None:
+    """Python's parser (FastAPI's, and Strato's for long integers) reads
+    1e400 as infinity: `good_enough` took it, where a bare Infinity is a 400."""
+    r = client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "is past the largest number (numbers are finite)" in r.json()["errors"][0]["detail"]

@@ -179,7 +179,7 @@ BAD_RECORDS = [
     ({"total": -1}, "total"),
     ({"total": MAX_INT + 1}, "total"),
     ({"total": "8"}, "total"),
-    ({"total": 8.0}, "total"),
+    ({"total": 8.5}, "total"),
     ({"total": True}, "total"),
     ({}, "total"),
     ({"total": 8, "reserved": -1}, "reserved"),
@@ -188,7 +188,6 @@ BAD_RECORDS = [
     ({"total": 8, "max_unit": 0}, "max_unit"),
     ({"total": 8, "min_unit": 4, "max_unit": 2}, "min_unit"),
     ({"total": 8, "step_size": 0}, "step_size"),
-    ({"total": 8, "allocation_ratio": 0}, "allocation_ratio"),
     ({"total": 8, "allocation_ratio": -1.0}, "allocation_ratio"),
     ({"total": 8, "allocation_ratio": "1.0"}, "allocation_ratio"),
     ({"total": 8, "allocation_ratio": 1e39}, "allocation_ratio"),
@@ -415,3 +414,50 @@ def test_a_capacity_beyond_int64_is_accepted_and_scheduled(client: TestClient) -
     app = create_app(Settings(db_url=db.url), db=db, migrate=False)
     with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as again:
         _answers(again, rps[0])
+
+
+def test_an_allocation_ratio_of_zero_or_less_is_judged_by_its_capacity(
+        any_client: TestClient) -> None:
+    """Placement's schema bounds allocation_ratio above only; what it refuses
+    is the capacity a ratio makes: below zero always, zero before 1.26. A
+    ratio of 0 was a 400 ('less than or equal to the minimum of 0.0')."""
+    rp = _provider(any_client)
+    r = _put_all(any_client, rp, 0, {"VCPU": {"total": 8, "allocation_ratio": 0}},
+                 headers=_v(25))
+    assert r.status_code == 400 and "allocation_ratio (0.0)" in _detail(r), r.text
+    r = _put_all(any_client, rp, 0, {"VCPU": {"total": 8, "allocation_ratio": 0}})
+    assert r.status_code == 200, r.text
+    assert r.json()["inventories"]["VCPU"]["allocation_ratio"] == 0.0
+    # Nothing fits in it, and candidates and schedules say so rather than fail.
+    assert any_client.get("/allocation_candidates?resources=VCPU:1").json()[
+        "allocation_requests"] == []
+    r = any_client.put(f"/allocations/{uuid.uuid4()}", json={
+        "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+        "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"})
+    assert r.status_code == 409, r.text
+    for ratio in (-1, -0.5):
+        r = any_client.post(_url(rp), json={"resource_class": "DISK_GB", "total": 8,
+                                            "allocation_ratio": ratio})
+        assert r.status_code == 400 and "allocation_ratio" in _detail(r), r.text
+    # total == reserved: capacity 0 whatever the ratio's sign, as in Placement.
+    r = any_client.post(_url(rp), json={"resource_class": "DISK_GB", "total": 8,
+                                        "reserved": 8, "allocation_ratio": -1})
+    assert r.status_code == 201, r.text
+    assert set(_state(any_client, rp)["inventories"]) == {"VCPU", "DISK_GB"}
+
+
+@pytest.mark.parametrize("number", ["8.0", "8e0", "0.8e1"])
+def test_an_integral_number_is_an_integer(any_client: TestClient, number: str) -> None:
+    """jsonschema (Placement's validator, its latest draft) counts 8.0 as an
+    integer: it was a 400 'not of type integer'. 8.5 still is one."""
+    rp = _provider(any_client)
+    raw = ('{"resource_provider_generation": 0.0, "inventories": {"VCPU": {"total": '
+           + number + ', "max_unit": 4.0, "allocation_ratio": 2.0}}}')
+    r = any_client.put(_url(rp), content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert _state(any_client, rp)["inventories"]["VCPU"] == {
+        "total": 8, "reserved": 0, "min_unit": 1, "max_unit": 4, "step_size": 1,
+        "allocation_ratio": 2.0}
+    r = any_client.put(_url(rp, "VCPU"), content=b'{"resource_provider_generation": 1, '
+                       b'"total": 8.5}', headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "8.5 is not of type 'integer'" in _detail(r), r.text

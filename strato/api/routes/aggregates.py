@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps
-from strato.api.body import read_json, validate
+from strato.api.body import read_json, shown, validate
 from strato.api.microversion import V1_1, V1_15, V1_19, Version, require
 from strato.api.responses import cache_headers, json_response
 from strato.api.routes.inventories import provider_or_404
@@ -31,7 +31,7 @@ _UUID_RE = re.compile(UUID_PATTERN)
 def _uuid(value: str) -> str:
     # Stored as given (Placement does not normalise them); the column holds 36 chars.
     if not _UUID_RE.fullmatch(value):
-        raise ValueError(f"{value!r} is not a 'uuid'")
+        raise ValueError(f"{shown(value)} is not a 'uuid'")
     return value
 
 

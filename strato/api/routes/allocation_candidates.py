@@ -403,7 +403,7 @@ def _parse_limit(values: list[str]) -> int | None:
                 f"Invalid query string parameters: {value!r} does not match "
                 f"{_LIMIT.pattern!r} (Failed validating 'pattern' in "
                 "schema['properties']['limit'])", errors.QUERYPARAM_BAD_VALUE)
-    return int(values[0])
+    return query.capped_int(values[0])
 
 
 def _parse_root_required(values: list[str], v: Version

@@ -37,7 +37,9 @@ class InventoryFields(BaseModel):
     min_unit: int = Field(default=1, ge=1, le=MAX_INT)
     max_unit: int = Field(default=MAX_INT, ge=1, le=MAX_INT)
     step_size: int = Field(default=1, ge=1, le=MAX_INT)
-    allocation_ratio: float = Field(default=1.0, gt=0, le=MAX_FLOAT)
+    # No lower bound in Placement's schema: a ratio of 0 or less is refused
+    # only by the capacity it makes (store.inventory_problem).
+    allocation_ratio: float = Field(default=1.0, le=MAX_FLOAT)
 
     def to_inventory(self, resource_class: str) -> Inventory:
         return Inventory(resource_class=resource_class, total=self.total,

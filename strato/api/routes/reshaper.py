@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps
-from strato.api.body import read_json, validate
-from strato.api.microversion import V1_30, require
+from strato.api.body import read_checked, validate
+from strato.api.microversion import V1_30, Version, require
 from strato.api.routes.allocations import (
     MAX_PROVIDERS,
     ClassName,
@@ -27,6 +27,7 @@ from strato.api.routes.allocations import (
 from strato.model import errors
 from strato.model.inventory import MAX_FLOAT, MAX_INT, Inventory
 from strato.store import reshaper as store
+from strato.store.allocations import ConsumerClaim
 
 router = APIRouter()
 
@@ -71,11 +72,10 @@ def _inventories(body: ReshapeBody) -> dict[str, store.ProviderInventories]:
     return out
 
 
-@router.post("/reshaper")
-async def reshape(request: Request) -> Response:
-    deps.authorize(request, "placement:reshaper:reshape")
-    v = require(request, V1_30)
-    body = validate(ReshapeBody, await read_json(request))
+def _parsed(data: Any, v: Version
+            ) -> tuple[dict[str, store.ProviderInventories], list[ConsumerClaim]]:
+    """A reshape's inventories and claims, validated at version `v`."""
+    body = validate(ReshapeBody, data)
     if len(body.inventories) > MAX_PROVIDERS:
         raise errors.PayloadTooLarge(
             f"one reshape may name at most {MAX_PROVIDERS} resource providers in inventories; "
@@ -84,6 +84,13 @@ async def reshape(request: Request) -> Response:
     model = post_body_model(v)
     claims = bounded([to_claim(canonical_uuid(c), validate_consumer(model, c, b), post=True)
                       for c, b in body.allocations.root.items()])
-    inventories = _inventories(body)
+    return _inventories(body), claims
+
+
+@router.post("/reshaper")
+async def reshape(request: Request) -> Response:
+    deps.authorize(request, "placement:reshaper:reshape")
+    v = require(request, V1_30)
+    inventories, claims = await read_checked(request, lambda data: _parsed(data, v))
     await deps.write(request, lambda conn: store.reshape(conn, inventories, claims))
     return Response(status_code=204)

@@ -40,7 +40,8 @@ UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}
 
 class CreateProviderV1_0(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=200)
+    # Placement's schema bounds a name's length above only: "" is a name.
+    name: str = Field(max_length=200)
     # Left out: a new uuid. Sent, a string (Placement's schema: a null is a 400).
     uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
 
@@ -58,13 +59,13 @@ class CreateProvider(CreateProviderV1_0):
 
 class UpdateProvider(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(max_length=200)
     parent_provider_uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
 
 
 class UpdateProviderV1_0(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(max_length=200)
 
 
 def _canonical(u: str | None) -> str | None:
