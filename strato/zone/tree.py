@@ -53,7 +53,7 @@ from strato.model.schedule import ScheduleRequest, check_claim
 from strato.observe import NOBODY, Observer
 from strato.store import children as child_store
 from strato.store import in_doubt, ledger, provisional
-from strato.store.allocations import ConsumerClaim, claim
+from strato.store.allocations import ConsumerClaim, claim, placed_by
 from strato.store.children import Child
 from strato.store.db import Database
 from strato.store.ledger import State
@@ -549,7 +549,8 @@ class ZoneTree:
             held = [h.consumer_uuid
                     for h in provisional.of_request(conn, request_id, attempt)]
             gone = provisional.release(conn, held) if held else []
-            rest = sorted(permanent - set(gone))
+            # Not one released since and made again by another request.
+            rest = placed_by(conn, sorted(permanent - set(gone)), request_id)
             if rest:
                 claim(conn, [ConsumerClaim(c, {}) for c in rest])
                 gone += rest

@@ -1,0 +1,185 @@
+"""Faults of the zone protocol with real server processes: messages held on
+the way (a relay that keeps a zone's cancels until told to let them pass),
+a link cut after a request passed, a root killed and restarted. Each test
+was a fault before its fix."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from strato.process import ServerProcess, free_port
+from tests.e2e.test_zone_tree import children, hosts, stop_all, wait_for, zone
+from tests.helpers import api
+
+pytestmark = pytest.mark.slow
+CANCEL = b"/strato/v1/requests/cancel"
+
+
+class HoldingRelay:
+    """TCP to a zone on loopback that passes everything, except that while
+    it holds, what the parent sends with `pattern` in it (a cancel) waits on
+    its connection (the parent times out) until release(), when it goes on
+    to the zone, late."""
+
+    def __init__(self, target_port: int, pattern: bytes = CANCEL) -> None:
+        self.target_port = target_port
+        self.pattern = pattern
+        self.holding = True
+        self.held = 0
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._go: asyncio.Event | None = None
+
+    def start(self) -> HoldingRelay:
+        self._thread.start()
+
+        async def begin() -> int:
+            self._go = asyncio.Event()
+            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            return int(server.sockets[0].getsockname()[1])
+        self.port = asyncio.run_coroutine_threadsafe(begin(), self._loop).result(10)
+        return self
+
+    def hold(self) -> None:
+        self.holding = True
+
+        def clear() -> None:
+            assert self._go is not None
+            self._go.clear()
+        self._loop.call_soon_threadsafe(clear)
+
+    def release(self) -> None:
+        """What was held goes on; nothing is held from now on."""
+        self.holding = False
+
+        def go() -> None:
+            assert self._go is not None
+            self._go.set()
+        self._loop.call_soon_threadsafe(go)
+
+    async def _handle(self, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+
+        async def down() -> None:
+            try:
+                while data := await up_r.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+            except OSError:
+                pass
+            finally:
+                writer.close()
+
+        async def up() -> None:
+            try:
+                while data := await reader.read(65536):
+                    if self.holding and self.pattern in data:
+                        self.held += 1
+                        assert self._go is not None
+                        await self._go.wait()
+                        up_w.write(data)
+                        await up_w.drain()
+                        # The parent gave up on it long ago: the zone answers
+                        # into the void, but is not cut off before it does.
+                        await asyncio.sleep(3)
+                        continue
+                    up_w.write(data)
+                    await up_w.drain()
+            except OSError:
+                pass
+            finally:
+                up_w.close()
+        await asyncio.gather(up(), down())
+
+
+def req(**kw: Any) -> dict[str, Any]:
+    return {"consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+            "groups": [{"resources": {"VCPU": 8}}], **kw}
+
+
+def at(prefix: str) -> list[dict[str, Any]]:
+    return [{"type": "location", "pattern": f"{prefix}/*"}]
+
+
+def allocations(proc: ServerProcess, consumer: str) -> dict[str, Any]:
+    """`consumer`'s allocations in the zone's own store (a cell: no children)."""
+    with api.client(proc.url) as c:
+        r = c.get(f"/allocations/{consumer}")
+        assert r.status_code == 200, r.text
+        return dict(r.json()["allocations"])
+
+
+def until_not_503(c: httpx.Client, method: str, path: str, timeout: float = 30.0,
+                  **kw: Any) -> httpx.Response:
+    """The answer to the call, sent again while it is a 503 (with Retry-After)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = c.request(method, path, **kw)
+        if r.status_code != 503:
+            return r
+        assert "retry-after" in r.headers, r.text
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.3)
+
+
+def test_a_late_cancel_leaves_a_later_requests_placement_alone(tmp_path: Path) -> None:
+    """Request A places consumer C in ord; the root's cancel of A's part is
+    held on the way to ord. The client deletes C's allocations and request B
+    places C in ord again. Then the old cancel arrives: B's allocations stay."""
+    root = zone(tmp_path, "root").start()
+    procs = {"root": root}
+    try:
+        port = free_port()
+        relay = HoldingRelay(port).start()
+        relay.holding = False
+        procs["dfw"] = zone(tmp_path, "dfw", root, ["--location-prefix", "dfw"]).start()
+        procs["ord"] = zone(tmp_path, "ord", root, [
+            "--location-prefix", "ord", "--advertise-url", f"http://127.0.0.1:{relay.port}"],
+            port=port).start()
+        for name in ("dfw", "ord"):
+            hosts(procs[name], name, [f"{name}/room1/rack{i}/h{i}" for i in range(2)])
+        with api.client(root.url) as c:
+            wait_for(lambda: {k for k, v in children(c).items()
+                              if (v.get("summary") or {}).get("providers") == 2}
+                     == {"dfw", "ord"})
+            a = req(request_id=f"a-{uuid.uuid4()}", constraints=at("ord"))
+            consumer = a["consumers"][0]
+            r = c.post("/strato/v1/schedule", json=a)
+            assert r.status_code == 200, r.text
+            relay.hold()
+            r = c.post("/strato/v1/requests/cancel", json={"request_id": a["request_id"]})
+            assert r.status_code == 200, r.text
+            assert r.json()["deferred"] == ["ord"], r.text
+            assert relay.held >= 1
+            assert allocations(procs["ord"], consumer), "A's allocations went already"
+            r = until_not_503(c, "DELETE", f"/allocations/{consumer}")
+            assert r.status_code == 204, r.text
+            b = req(request_id=f"b-{uuid.uuid4()}", constraints=at("ord"),
+                    consumers=[consumer])
+            r = until_not_503(c, "POST", "/strato/v1/schedule", json=b)
+            assert r.status_code == 200, r.text
+            assert r.json()["placements"][0]["zone"] == "root/ord"
+            mine = allocations(procs["ord"], consumer)
+            assert mine
+            relay.release()
+            # The held cancels land, and the root's own retries of it.
+            wait_for(lambda: sum(k["in_doubt"] for k in children(c).values()) == 0,
+                     timeout=30)
+            time.sleep(1.0)
+            assert allocations(procs["ord"], consumer) == mine
+    finally:
+        stop_all(procs)
