@@ -461,22 +461,27 @@ class ZoneTree:
                 if (child is None or row.child in down
                         or (only is None and not self.health_of(row.child).due())):
                     continue  # removed (kept for the operator), or not answering
-                why = await self._send_cancel(child, row.request_id)
-                if why is None:
+                got = await self._send_cancel(child, row.request_id)
+                if got is None:
                     settled += 1
                     await self._write(partial(in_doubt.resolved, row_id=row.id))
                     log.info("request %s cancelled at child %s", row.request_id, row.child)
                 else:
-                    down.add(row.child)
-                    down_why = why
+                    if not got.answered:
+                        down.add(row.child)
                     await self._write(partial(in_doubt.attempt_failed, row_id=row.id,
-                                              error=down_why))
+                                              error=got.why))
             await self.in_doubt_counts()
             return settled
 
     async def _send_cancel(self, child: Child, request_id: str,
-                           timeout: float | None = None) -> str | None:
-        """None once `child` confirmed the cancel, else why not."""
+                           timeout: float | None = None) -> Unsettled | None:
+        """None once `child` confirmed the cancel done in its whole subtree,
+        else why not. A child that took it but could not yet get it to a zone
+        below it (deferred there) has not undone the part: what that zone
+        holds of it still takes room, so the part stays in doubt here (a
+        retry of its request is no refusal meanwhile) and is cancelled again
+        until that zone confirms it too."""
         try:
             reply = await self.transport.call(
                 child.url, "POST", "/strato/v1/requests/cancel", token=child.credential,
@@ -484,15 +489,19 @@ class ZoneTree:
                 timeout=self.config.child_timeout if timeout is None else timeout)
         except Unreachable as exc:
             self.health_of(child.name).failed(exc.why, timed_out=exc.timed_out)
-            return exc.why
+            return Unsettled(exc.why)
         self.health_of(child.name).ok()
         if reply.status != 200:
-            return f"cancel answered {reply.status}: {_error(reply.body).get('detail', '')}"
+            return Unsettled(f"cancel answered {reply.status}: "
+                             f"{_error(reply.body).get('detail', '')}")
         try:
-            protocol.read_cancel_answer(request_id, reply.body)
+            answer = protocol.read_cancel_answer(request_id, reply.body)
         except protocol.Faulty as exc:
             self.health_of(child.name).failed(f"faulty: {exc.reason}", faulty=True)
-            return f"faulty: {exc.reason}"
+            return Unsettled(f"faulty: {exc.reason}")
+        if answer.get("deferred"):
+            return Unsettled(f"cancelled there, not yet below it (deferred at "
+                             f"{', '.join(answer['deferred'])})"[:300], answered=True)
         return None
 
     async def cancel(self, request_id: str) -> dict[str, Any]:
@@ -573,13 +582,14 @@ class ZoneTree:
             else:
                 timeout = None if deadline is None else min(
                     self.config.child_timeout, max(MIN_CANCEL_S, deadline - time.time()))
-                why = await self._send_cancel(child, p.part_id, timeout)
+                got = await self._send_cancel(child, p.part_id, timeout)
+                why = None if got is None else got.why
             if why is None:
                 out.forwarded.append(p.child)
             else:
                 out.deferred.append(p.child)
                 await self.note_in_doubt(p.child, p.part_id, p.consumers,
-                                         f"cancel not delivered: {why}")
+                                         f"cancel not done: {why}")
         return out
 
     # -- server groups ---------------------------------------------------------------------
@@ -1732,7 +1742,7 @@ class ZoneTree:
         failed = await self._send_cancel(child, pid)
         if failed is not None:
             await self.note_in_doubt(child.name, pid, [], f"{why}; cancel not "
-                                     f"delivered: {failed}")
+                                     f"done: {failed.why}")
 
     async def write_meta(self, job: Callable[[Connection], T]) -> T:
         """A write of this zone's own facts (waits for the disk)."""
@@ -1741,6 +1751,15 @@ class ZoneTree:
 
 class _Duplicate(Exception):
     """Another request reserved this request's id first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unsettled:
+    """A cancel a child has not carried out in its whole subtree, and why;
+    `answered`: the child took it, a zone below it has yet to."""
+
+    why: str
+    answered: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,8 @@ import asyncio
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import httpx
 import pytest
 
 from strato.process import ServerProcess, free_port
+from tests.e2e.test_zone_split import CuttingRelay
 from tests.e2e.test_zone_tree import children, hosts, stop_all, wait_for, zone
 from tests.helpers import api
 
@@ -123,6 +126,12 @@ def allocations(proc: ServerProcess, consumer: str) -> dict[str, Any]:
         return dict(r.json()["allocations"])
 
 
+def vcpu_used(proc: ServerProcess) -> int:
+    with api.client(proc.url) as c:
+        s = c.get("/strato/v1/summary?fresh=true").json()
+        return int(s["classes"].get("VCPU", {}).get("used", 0))
+
+
 def until_not_503(c: httpx.Client, method: str, path: str, timeout: float = 30.0,
                   **kw: Any) -> httpx.Response:
     """The answer to the call, sent again while it is a 503 (with Retry-After)."""
@@ -134,6 +143,70 @@ def until_not_503(c: httpx.Client, method: str, path: str, timeout: float = 30.0
         assert "retry-after" in r.headers, r.text
         assert time.monotonic() < deadline, r.text
         time.sleep(0.3)
+
+
+@contextmanager
+def three_levels(tmp_path: Path) -> Iterator[tuple[dict[str, ServerProcess], CuttingRelay,
+                                                   HoldingRelay]]:
+    """root -> mid -> cell (one 8-VCPU host); the root reaches mid through a
+    relay that goes dark once a schedule request passed it, mid reaches cell
+    through one that holds cancels."""
+    root = zone(tmp_path, "root").start()
+    procs = {"root": root}
+    try:
+        mid_port, cell_port = free_port(), free_port()
+        cut = CuttingRelay(mid_port, trigger=b"/strato/v1/schedule").start()
+        held = HoldingRelay(cell_port).start()
+        procs["mid"] = zone(tmp_path, "mid", root, [
+            "--location-prefix", "dfw", "--advertise-url", f"http://127.0.0.1:{cut.port}"],
+            port=mid_port).start()
+        procs["cell"] = zone(tmp_path, "cell", procs["mid"], [
+            "--location-prefix", "dfw/room1",
+            "--advertise-url", f"http://127.0.0.1:{held.port}"], port=cell_port).start()
+        hosts(procs["cell"], "cell", ["dfw/room1/rack1/h0"])
+        with api.client(root.url) as c:
+            wait_for(lambda: (children(c).get("mid", {}).get("summary") or {})
+                     .get("providers") == 1)
+        yield procs, cut, held
+    finally:
+        stop_all(procs)
+
+
+def test_a_retry_while_an_earlier_try_is_in_doubt_two_levels_down_is_no_refusal(
+        tmp_path: Path) -> None:
+    """The root loses mid's answer (placed in cell) and cancels its part at
+    mid, which cannot get its cancel to cell (held on the way): the old try
+    still holds the cell's only host. Every retry of the same id meanwhile
+    is a 503, never a kept refusal; once the cancel arrives, the retry is
+    placed, once, and nothing of the old try stays."""
+    with three_levels(tmp_path) as (procs, cut, held):
+        body = req(request_id=f"r-{uuid.uuid4()}")
+        consumer = body["consumers"][0]
+        with api.client(procs["root"].url) as c:
+            r = c.post("/strato/v1/schedule", json=body)
+            assert cut.cut.is_set(), "the request never passed to mid"
+            assert r.status_code == 503, r.text
+            assert allocations(procs["cell"], consumer), "the first try was not placed"
+            cut.heal()
+            # The root cancels its part at mid once mid answers again; mid's
+            # cancel to cell is held. The retries meanwhile: 503 only.
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                r = c.post("/strato/v1/schedule", json=body)
+                assert r.status_code == 503, r.text
+                assert "retry-after" in r.headers, r.text
+                time.sleep(0.3)
+            assert held.held >= 1, "mid never sent its cancel to cell"
+            held.release()
+            r = until_not_503(c, "POST", "/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+            assert [p["zone"] for p in r.json()["placements"]] == ["root/mid/cell"]
+            assert c.post("/strato/v1/schedule", json=body).json() == {**r.json(),
+                                                                       "replayed": True}
+        # Placed once: the old try's hold went, the retry's stays.
+        assert [a["resources"] for a in allocations(procs["cell"], consumer).values()] == [
+            {"VCPU": 8}]
+        assert vcpu_used(procs["cell"]) == 8
 
 
 def test_a_late_cancel_leaves_a_later_requests_placement_alone(tmp_path: Path) -> None:
