@@ -1713,6 +1713,18 @@ class ZoneTree:
                 log.exception("recovery round failed")
             await asyncio.sleep(self.recovery_interval())
 
+    async def learn_placed(self) -> None:
+        """At start-up, before any request: the consumers this zone placed in
+        its children (its ledger's placed requests, the newest), back into the
+        consumer index, which lives in memory. A schedule request for one of
+        them is then refused as before a restart (a child checks only its own
+        consumers), not placed in a second zone."""
+        rows = await self._read(partial(ledger.placed_parts, limit=subtree.Owners.MAX,
+                                        leave_out=(LOCAL, shared.POOL, shared.POOL_DONE)))
+        for child, consumers in rows:
+            for c in consumers:
+                self.consumer_zones.learn(c, child)
+
     async def open_sweep(self) -> None:
         """At start-up, before any request: note the sweep owed for parts that
         may have been lost with the machine (zone/sweep.py)."""

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from strato.process import ServerProcess, free_port
-from tests.e2e.test_zone_split import CuttingRelay
+from tests.e2e.test_zone_split import CuttingRelay, over_two_cells
 from tests.e2e.test_zone_tree import children, hosts, stop_all, wait_for, zone
 from tests.helpers import api
 
@@ -256,3 +256,36 @@ def test_a_late_cancel_leaves_a_later_requests_placement_alone(tmp_path: Path) -
             assert allocations(procs["ord"], consumer) == mine
     finally:
         stop_all(procs)
+
+
+def test_a_consumer_placed_before_a_root_restart_is_not_placed_in_a_second_cell(
+        tmp_path: Path) -> None:
+    """Consumer C placed in dfw under R1; the root is killed (-9) and started
+    again (its consumer index is gone); R2 (a new id) asks for C in ord. As a
+    single zone refuses a schedule request for a consumer that has
+    allocations, the root does: 409, and C stays in dfw alone."""
+    root = zone(tmp_path, "root").start()
+    with over_two_cells(tmp_path, root) as procs:
+        with api.client(root.url) as c:
+            r1 = req(request_id=f"r1-{uuid.uuid4()}", constraints=at("dfw"))
+            consumer = r1["consumers"][0]
+            r = c.post("/strato/v1/schedule", json=r1)
+            assert r.status_code == 200, r.text
+            assert r.json()["placements"][0]["zone"] == "root/dfw"
+        root.kill()
+        procs["root"] = again = zone(tmp_path, "root", port=root.port).start()
+        with api.client(again.url) as c:
+            wait_for(lambda: all(k["health"]["healthy"] for k in children(c).values())
+                     and len(children(c)) == 2)
+            r2 = req(request_id=f"r2-{uuid.uuid4()}", constraints=at("ord"),
+                     consumers=[consumer])
+            r = until_not_503(c, "POST", "/strato/v1/schedule", json=r2)
+            assert r.status_code == 409, r.text
+            assert r.json()["errors"][0]["code"] == "placement.concurrent_update", r.text
+        assert allocations(procs["dfw"], consumer)
+        assert allocations(procs["ord"], consumer) == {}
+        # As dfw, a zone without children, answers it.
+        with api.client(procs["dfw"].url) as d:
+            r = d.post("/strato/v1/schedule", json={**r2, "constraints": at("dfw")})
+            assert r.status_code == 409, r.text
+            assert r.json()["errors"][0]["code"] == "placement.concurrent_update", r.text
