@@ -88,20 +88,20 @@ class HoldingRelay:
                 writer.close()
 
         async def up() -> None:
+            late = False
             try:
                 while data := await reader.read(65536):
                     if self.holding and self.pattern in data:
                         self.held += 1
+                        late = True
                         assert self._go is not None
                         await self._go.wait()
-                        up_w.write(data)
-                        await up_w.drain()
-                        # The parent gave up on it long ago: the zone answers
-                        # into the void, but is not cut off before it does.
-                        await asyncio.sleep(3)
-                        continue
                     up_w.write(data)
                     await up_w.drain()
+                if late:
+                    # The parent gave up on what was held and hung up: the
+                    # zone answers into the void, but is not cut off before.
+                    await asyncio.sleep(3)
             except OSError:
                 pass
             finally:
