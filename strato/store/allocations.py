@@ -65,6 +65,9 @@ class ConsumerClaim:
     # Placement, the providers the consumer leaves get their generation
     # bumped, which DELETE /allocations does not do.
     bump_emptied: bool = False
+    # The request (as this zone's ledger knows it) that makes this new
+    # consumer; "" for any other write (see `placed_by`).
+    placed_by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +340,8 @@ def _write_consumers(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim]
             values["consumer_type_id"] = _name_id(conn, consumer_types, "name",
                                                   c.consumer_type, fresh)
         if have is None:
-            row = {"uuid": c.consumer_uuid, "generation": 1, "created_at": now, **values}
+            row = {"uuid": c.consumer_uuid, "generation": 1, "created_at": now,
+                   "placed_by": c.placed_by, **values}
             insert = (f"INSERT INTO consumers ({', '.join(row)}) "
                       f"VALUES ({marks(len(row))})")
             if raw.sqlite:
@@ -360,6 +364,22 @@ def _write_consumers(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim]
                     "concurrently; retry")
             out[c.consumer_uuid] = have[1] + 1
     return out
+
+
+def placed_by(conn: Connection, consumers: Sequence[str], request_id: str) -> list[str]:
+    """Those of `consumers` that are here as `request_id` made them (or made
+    before that was recorded): a consumer released since and made again by
+    another request or write is not `request_id`'s to undo."""
+    if not consumers:
+        return []
+    raw = Raw(conn)
+    try:
+        mine = {str(r[0]) for r in raw.all(
+            f"SELECT uuid FROM consumers WHERE uuid IN ({marks(len(consumers))}) "
+            "AND (placed_by = ? OR placed_by IS NULL)", [*consumers, request_id])}
+    finally:
+        raw.close()
+    return [c for c in consumers if c in mine]
 
 
 # --- Reads -----------------------------------------------------------------

@@ -240,6 +240,21 @@ def take_parts(conn: Connection, request_id: str, children: Sequence[str],
             for r in rows]
 
 
+def placed_parts(conn: Connection, limit: int, leave_out: Sequence[str] = ()
+                 ) -> list[tuple[str, tuple[str, ...]]]:
+    """(child, consumers) of the newest `limit` parts of requests placed here
+    (those of the children `leave_out` left out), oldest first: the consumers
+    placed through this zone, by the child they were asked of."""
+    rp = request_parts
+    q = (sa.select(rp.c.child, rp.c.consumers)
+         .join(sr, sr.c.request_id == rp.c.request_id)
+         .where(sr.c.status == State.PLACED, rp.c.child.not_in(list(leave_out)))
+         .order_by(rp.c.id.desc()).limit(limit))
+    rows = [(str(r.child), tuple(orjson.loads(r.consumers))) for r in conn.execute(q)]
+    rows.reverse()
+    return rows
+
+
 def newest(conn: Connection) -> datetime | None:
     """When the newest request or part this zone still has was recorded."""
     stamps = [conn.execute(sa.select(sa.func.max(t.c.created_at))).scalar()

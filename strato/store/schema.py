@@ -127,6 +127,11 @@ consumers = sa.Table(
     sa.Column("generation", sa.Integer, nullable=False, default=0),
     sa.Column("created_at", sa.DateTime, nullable=True),
     sa.Column("updated_at", sa.DateTime, nullable=True),
+    # Strato: the request (as this zone's ledger knows it) whose claim made
+    # the consumer; "" for any other write, NULL for one made before this was
+    # recorded. A late cancel of that request undoes the consumer only while
+    # it is still the one the request made.
+    sa.Column("placed_by", sa.String(255), nullable=True),
 )
 
 allocations = sa.Table(

@@ -46,7 +46,7 @@ from strato.observe import NOBODY, Observer
 from strato.store import groups as group_store
 from strato.store import ledger, provisional
 from strato.store import meta as meta_store
-from strato.store.allocations import ConsumerClaim, claim, held
+from strato.store.allocations import ConsumerClaim, claim, held, placed_by
 from strato.zone.summary import own_summary
 
 # Combinations a plan may examine on the event loop before it is moved to a
@@ -428,7 +428,8 @@ class LocalScheduler:
         under `request_id` (as this zone's ledger knows the request)."""
         claims = [ConsumerClaim(consumer_uuid=c, allocations={provider: dict(classes)},
                                 project_id=req.project_id, user_id=req.user_id,
-                                consumer_type=req.consumer_type, generation=None)
+                                consumer_type=req.consumer_type, generation=None,
+                                placed_by=request_id)
                   for c in consumers]
         with self.db.write() as conn:
             claim(conn, claims)
@@ -568,7 +569,8 @@ class LocalScheduler:
             ConsumerClaim(consumer_uuid=consumer,
                           allocations=option_allocations(plan.options[i]),
                           project_id=req.project_id, user_id=req.user_id,
-                          consumer_type=req.consumer_type, generation=None)
+                          consumer_type=req.consumer_type, generation=None,
+                          placed_by=req.request_id or "")
             for consumer, i in zip(req.consumers, chosen, strict=False)]
         answer = self._answer(req, plan, retries)
         committed: list[int] = []
@@ -677,13 +679,14 @@ class LocalScheduler:
         """Claim exactly the given placements (a parent zone chose them): all or
         nothing. With a `request_id`, a repeat answers as the first did."""
         check_claim(body)
+        request_id = body.get("request_id")
         claims = [ConsumerClaim(
             consumer_uuid=p["consumer_uuid"],
             allocations={rp: dict(a["resources"]) for rp, a in p["allocations"].items()},
             project_id=body["project_id"], user_id=body["user_id"],
-            consumer_type=body.get("consumer_type"), generation=None)
+            consumer_type=body.get("consumer_type"), generation=None,
+            placed_by=request_id or "")
             for p in body["placements"]]
-        request_id = body.get("request_id")
         with self.db.write() as conn:
             if body.get("deadline") is not None and time.time() > float(body["deadline"]):
                 raise errors.ServiceUnavailable("the claim's deadline had passed: nothing "
@@ -722,8 +725,10 @@ class LocalScheduler:
             answer = ledger.cancel(conn, request_id)
             if answer is None:
                 return None
-            mine = [str(p["consumer_uuid"]) for p in answer.get("placements", [])
-                    if p.get("zone") == self.zone]
+            # Only those still as it made them: one released since (DELETE
+            # /allocations) may have been placed here again by another request.
+            mine = placed_by(conn, [str(p["consumer_uuid"]) for p in answer.get("placements", [])
+                                    if p.get("zone") == self.zone], request_id)
             if mine:
                 claim(conn, [ConsumerClaim(c, {}) for c in mine])
                 provisional.done(conn, mine)

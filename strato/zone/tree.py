@@ -53,7 +53,7 @@ from strato.model.schedule import ScheduleRequest, check_claim
 from strato.observe import NOBODY, Observer
 from strato.store import children as child_store
 from strato.store import in_doubt, ledger, provisional
-from strato.store.allocations import ConsumerClaim, claim
+from strato.store.allocations import ConsumerClaim, claim, placed_by
 from strato.store.children import Child
 from strato.store.db import Database
 from strato.store.ledger import State
@@ -461,22 +461,27 @@ class ZoneTree:
                 if (child is None or row.child in down
                         or (only is None and not self.health_of(row.child).due())):
                     continue  # removed (kept for the operator), or not answering
-                why = await self._send_cancel(child, row.request_id)
-                if why is None:
+                got = await self._send_cancel(child, row.request_id)
+                if got is None:
                     settled += 1
                     await self._write(partial(in_doubt.resolved, row_id=row.id))
                     log.info("request %s cancelled at child %s", row.request_id, row.child)
                 else:
-                    down.add(row.child)
-                    down_why = why
+                    if not got.answered:
+                        down.add(row.child)
                     await self._write(partial(in_doubt.attempt_failed, row_id=row.id,
-                                              error=down_why))
+                                              error=got.why))
             await self.in_doubt_counts()
             return settled
 
     async def _send_cancel(self, child: Child, request_id: str,
-                           timeout: float | None = None) -> str | None:
-        """None once `child` confirmed the cancel, else why not."""
+                           timeout: float | None = None) -> Unsettled | None:
+        """None once `child` confirmed the cancel done in its whole subtree,
+        else why not. A child that took it but could not yet get it to a zone
+        below it (deferred there) has not undone the part: what that zone
+        holds of it still takes room, so the part stays in doubt here (a
+        retry of its request is no refusal meanwhile) and is cancelled again
+        until that zone confirms it too."""
         try:
             reply = await self.transport.call(
                 child.url, "POST", "/strato/v1/requests/cancel", token=child.credential,
@@ -484,15 +489,19 @@ class ZoneTree:
                 timeout=self.config.child_timeout if timeout is None else timeout)
         except Unreachable as exc:
             self.health_of(child.name).failed(exc.why, timed_out=exc.timed_out)
-            return exc.why
+            return Unsettled(exc.why)
         self.health_of(child.name).ok()
         if reply.status != 200:
-            return f"cancel answered {reply.status}: {_error(reply.body).get('detail', '')}"
+            return Unsettled(f"cancel answered {reply.status}: "
+                             f"{_error(reply.body).get('detail', '')}")
         try:
-            protocol.read_cancel_answer(request_id, reply.body)
+            answer = protocol.read_cancel_answer(request_id, reply.body)
         except protocol.Faulty as exc:
             self.health_of(child.name).failed(f"faulty: {exc.reason}", faulty=True)
-            return f"faulty: {exc.reason}"
+            return Unsettled(f"faulty: {exc.reason}")
+        if answer.get("deferred"):
+            return Unsettled(f"cancelled there, not yet below it (deferred at "
+                             f"{', '.join(answer['deferred'])})"[:300], answered=True)
         return None
 
     async def cancel(self, request_id: str) -> dict[str, Any]:
@@ -549,7 +558,8 @@ class ZoneTree:
             held = [h.consumer_uuid
                     for h in provisional.of_request(conn, request_id, attempt)]
             gone = provisional.release(conn, held) if held else []
-            rest = sorted(permanent - set(gone))
+            # Not one released since and made again by another request.
+            rest = placed_by(conn, sorted(permanent - set(gone)), request_id)
             if rest:
                 claim(conn, [ConsumerClaim(c, {}) for c in rest])
                 gone += rest
@@ -572,13 +582,14 @@ class ZoneTree:
             else:
                 timeout = None if deadline is None else min(
                     self.config.child_timeout, max(MIN_CANCEL_S, deadline - time.time()))
-                why = await self._send_cancel(child, p.part_id, timeout)
+                got = await self._send_cancel(child, p.part_id, timeout)
+                why = None if got is None else got.why
             if why is None:
                 out.forwarded.append(p.child)
             else:
                 out.deferred.append(p.child)
                 await self.note_in_doubt(p.child, p.part_id, p.consumers,
-                                         f"cancel not delivered: {why}")
+                                         f"cancel not done: {why}")
         return out
 
     # -- server groups ---------------------------------------------------------------------
@@ -1702,6 +1713,18 @@ class ZoneTree:
                 log.exception("recovery round failed")
             await asyncio.sleep(self.recovery_interval())
 
+    async def learn_placed(self) -> None:
+        """At start-up, before any request: the consumers this zone placed in
+        its children (its ledger's placed requests, the newest), back into the
+        consumer index, which lives in memory. A schedule request for one of
+        them is then refused as before a restart (a child checks only its own
+        consumers), not placed in a second zone."""
+        rows = await self._read(partial(ledger.placed_parts, limit=subtree.Owners.MAX,
+                                        leave_out=(LOCAL, shared.POOL, shared.POOL_DONE)))
+        for child, consumers in rows:
+            for c in consumers:
+                self.consumer_zones.learn(c, child)
+
     async def open_sweep(self) -> None:
         """At start-up, before any request: note the sweep owed for parts that
         may have been lost with the machine (zone/sweep.py)."""
@@ -1731,7 +1754,7 @@ class ZoneTree:
         failed = await self._send_cancel(child, pid)
         if failed is not None:
             await self.note_in_doubt(child.name, pid, [], f"{why}; cancel not "
-                                     f"delivered: {failed}")
+                                     f"done: {failed.why}")
 
     async def write_meta(self, job: Callable[[Connection], T]) -> T:
         """A write of this zone's own facts (waits for the disk)."""
@@ -1740,6 +1763,15 @@ class ZoneTree:
 
 class _Duplicate(Exception):
     """Another request reserved this request's id first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unsettled:
+    """A cancel a child has not carried out in its whole subtree, and why;
+    `answered`: the child took it, a zone below it has yet to."""
+
+    why: str
+    answered: bool = False
 
 
 @dataclass(frozen=True, slots=True)

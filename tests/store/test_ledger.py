@@ -90,3 +90,23 @@ def test_a_cancel_while_placing_wins_over_the_answer(database: Database) -> None
         assert not store.finish(conn, "p", 200, {"placements": []}, only_placing=True)
     with database.read() as conn:
         assert store.get_answer(conn, "p")[0] == store.State.CANCELLED  # type: ignore[index]
+
+
+def test_placed_parts_name_the_consumers_of_placed_requests_only(database: Database) -> None:
+    with database.write() as conn:
+        for rid, state in (("placed", 200), ("refused", 409), ("cancelled", 410)):
+            assert store.reserve(conn, rid)
+            store.add_part(conn, rid, "dfw", f"{rid}@root#00000001", [f"{rid}-c"])
+            store.add_part(conn, rid, "", f"{rid}@root#00000002", [f"{rid}-own"])
+            store.finish(conn, rid, state, {})
+        # An outage gave its id back: nothing placed.
+        assert store.reserve(conn, "given-back")
+        store.add_part(conn, "given-back", "ord", "given-back@root#00000003", ["g-c"])
+        store.give_back(conn, "given-back", None)
+        assert store.reserve(conn, "later")
+        store.add_part(conn, "later", "ord", "later@root#00000004", ["l1", "l2"])
+        store.finish(conn, "later", 200, {})
+    with database.read() as conn:
+        assert store.placed_parts(conn, 10, leave_out=("",)) == [
+            ("dfw", ("placed-c",)), ("ord", ("l1", "l2"))]
+        assert store.placed_parts(conn, 1, leave_out=("",)) == [("ord", ("l1", "l2"))]

@@ -1,0 +1,291 @@
+"""Faults of the zone protocol with real server processes: messages held on
+the way (a relay that keeps a zone's cancels until told to let them pass),
+a link cut after a request passed, a root killed and restarted. Each test
+was a fault before its fix."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from strato.process import ServerProcess, free_port
+from tests.e2e.test_zone_split import CuttingRelay, over_two_cells
+from tests.e2e.test_zone_tree import children, hosts, stop_all, wait_for, zone
+from tests.helpers import api
+
+pytestmark = pytest.mark.slow
+CANCEL = b"/strato/v1/requests/cancel"
+
+
+class HoldingRelay:
+    """TCP to a zone on loopback that passes everything, except that while
+    it holds, what the parent sends with `pattern` in it (a cancel) waits on
+    its connection (the parent times out) until release(), when it goes on
+    to the zone, late."""
+
+    def __init__(self, target_port: int, pattern: bytes = CANCEL) -> None:
+        self.target_port = target_port
+        self.pattern = pattern
+        self.holding = True
+        self.held = 0
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._go: asyncio.Event | None = None
+
+    def start(self) -> HoldingRelay:
+        self._thread.start()
+
+        async def begin() -> int:
+            self._go = asyncio.Event()
+            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            return int(server.sockets[0].getsockname()[1])
+        self.port = asyncio.run_coroutine_threadsafe(begin(), self._loop).result(10)
+        return self
+
+    def hold(self) -> None:
+        self.holding = True
+
+        def clear() -> None:
+            assert self._go is not None
+            self._go.clear()
+        self._loop.call_soon_threadsafe(clear)
+
+    def release(self) -> None:
+        """What was held goes on; nothing is held from now on."""
+        self.holding = False
+
+        def go() -> None:
+            assert self._go is not None
+            self._go.set()
+        self._loop.call_soon_threadsafe(go)
+
+    async def _handle(self, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+
+        async def down() -> None:
+            try:
+                while data := await up_r.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+            except OSError:
+                pass
+            finally:
+                writer.close()
+
+        async def up() -> None:
+            late = False
+            try:
+                while data := await reader.read(65536):
+                    if self.holding and self.pattern in data:
+                        self.held += 1
+                        late = True
+                        assert self._go is not None
+                        await self._go.wait()
+                    up_w.write(data)
+                    await up_w.drain()
+                if late:
+                    # The parent gave up on what was held and hung up: the
+                    # zone answers into the void, but is not cut off before.
+                    await asyncio.sleep(3)
+            except OSError:
+                pass
+            finally:
+                up_w.close()
+        await asyncio.gather(up(), down())
+
+
+def req(**kw: Any) -> dict[str, Any]:
+    return {"consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+            "groups": [{"resources": {"VCPU": 8}}], **kw}
+
+
+def at(prefix: str) -> list[dict[str, Any]]:
+    return [{"type": "location", "pattern": f"{prefix}/*"}]
+
+
+def allocations(proc: ServerProcess, consumer: str) -> dict[str, Any]:
+    """`consumer`'s allocations in the zone's own store (a cell: no children)."""
+    with api.client(proc.url) as c:
+        r = c.get(f"/allocations/{consumer}")
+        assert r.status_code == 200, r.text
+        return dict(r.json()["allocations"])
+
+
+def vcpu_used(proc: ServerProcess) -> int:
+    with api.client(proc.url) as c:
+        s = c.get("/strato/v1/summary?fresh=true").json()
+        return int(s["classes"].get("VCPU", {}).get("used", 0))
+
+
+def until_not_503(c: httpx.Client, method: str, path: str, timeout: float = 30.0,
+                  **kw: Any) -> httpx.Response:
+    """The answer to the call, sent again while it is a 503 (with Retry-After)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = c.request(method, path, **kw)
+        if r.status_code != 503:
+            return r
+        assert "retry-after" in r.headers, r.text
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.3)
+
+
+@contextmanager
+def three_levels(tmp_path: Path) -> Iterator[tuple[dict[str, ServerProcess], CuttingRelay,
+                                                   HoldingRelay]]:
+    """root -> mid -> cell (one 8-VCPU host); the root reaches mid through a
+    relay that goes dark once a schedule request passed it, mid reaches cell
+    through one that holds cancels."""
+    root = zone(tmp_path, "root").start()
+    procs = {"root": root}
+    try:
+        mid_port, cell_port = free_port(), free_port()
+        cut = CuttingRelay(mid_port, trigger=b"/strato/v1/schedule").start()
+        held = HoldingRelay(cell_port).start()
+        procs["mid"] = zone(tmp_path, "mid", root, [
+            "--location-prefix", "dfw", "--advertise-url", f"http://127.0.0.1:{cut.port}"],
+            port=mid_port).start()
+        procs["cell"] = zone(tmp_path, "cell", procs["mid"], [
+            "--location-prefix", "dfw/room1",
+            "--advertise-url", f"http://127.0.0.1:{held.port}"], port=cell_port).start()
+        hosts(procs["cell"], "cell", ["dfw/room1/rack1/h0"])
+        with api.client(root.url) as c:
+            wait_for(lambda: (children(c).get("mid", {}).get("summary") or {})
+                     .get("providers") == 1)
+        yield procs, cut, held
+    finally:
+        stop_all(procs)
+
+
+def test_a_retry_while_an_earlier_try_is_in_doubt_two_levels_down_is_no_refusal(
+        tmp_path: Path) -> None:
+    """The root loses mid's answer (placed in cell) and cancels its part at
+    mid, which cannot get its cancel to cell (held on the way): the old try
+    still holds the cell's only host. Every retry of the same id meanwhile
+    is a 503, never a kept refusal; once the cancel arrives, the retry is
+    placed, once, and nothing of the old try stays."""
+    with three_levels(tmp_path) as (procs, cut, held):
+        body = req(request_id=f"r-{uuid.uuid4()}")
+        consumer = body["consumers"][0]
+        with api.client(procs["root"].url) as c:
+            r = c.post("/strato/v1/schedule", json=body)
+            assert cut.cut.is_set(), "the request never passed to mid"
+            assert r.status_code == 503, r.text
+            assert allocations(procs["cell"], consumer), "the first try was not placed"
+            cut.heal()
+            # The root cancels its part at mid once mid answers again; mid's
+            # cancel to cell is held. The retries meanwhile: 503 only.
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                r = c.post("/strato/v1/schedule", json=body)
+                assert r.status_code == 503, r.text
+                assert "retry-after" in r.headers, r.text
+                time.sleep(0.3)
+            assert held.held >= 1, "mid never sent its cancel to cell"
+            held.release()
+            r = until_not_503(c, "POST", "/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+            assert [p["zone"] for p in r.json()["placements"]] == ["root/mid/cell"]
+            assert c.post("/strato/v1/schedule", json=body).json() == {**r.json(),
+                                                                       "replayed": True}
+        # Placed once: the old try's hold went, the retry's stays.
+        assert [a["resources"] for a in allocations(procs["cell"], consumer).values()] == [
+            {"VCPU": 8}]
+        assert vcpu_used(procs["cell"]) == 8
+
+
+def test_a_late_cancel_leaves_a_later_requests_placement_alone(tmp_path: Path) -> None:
+    """Request A places consumer C in ord; the root's cancel of A's part is
+    held on the way to ord. The client deletes C's allocations and request B
+    places C in ord again. Then the old cancel arrives: B's allocations stay."""
+    root = zone(tmp_path, "root").start()
+    procs = {"root": root}
+    try:
+        port = free_port()
+        relay = HoldingRelay(port).start()
+        relay.holding = False
+        procs["dfw"] = zone(tmp_path, "dfw", root, ["--location-prefix", "dfw"]).start()
+        procs["ord"] = zone(tmp_path, "ord", root, [
+            "--location-prefix", "ord", "--advertise-url", f"http://127.0.0.1:{relay.port}"],
+            port=port).start()
+        for name in ("dfw", "ord"):
+            hosts(procs[name], name, [f"{name}/room1/rack{i}/h{i}" for i in range(2)])
+        with api.client(root.url) as c:
+            wait_for(lambda: {k for k, v in children(c).items()
+                              if (v.get("summary") or {}).get("providers") == 2}
+                     == {"dfw", "ord"})
+            a = req(request_id=f"a-{uuid.uuid4()}", constraints=at("ord"))
+            consumer = a["consumers"][0]
+            r = c.post("/strato/v1/schedule", json=a)
+            assert r.status_code == 200, r.text
+            relay.hold()
+            r = c.post("/strato/v1/requests/cancel", json={"request_id": a["request_id"]})
+            assert r.status_code == 200, r.text
+            assert r.json()["deferred"] == ["ord"], r.text
+            assert relay.held >= 1
+            assert allocations(procs["ord"], consumer), "A's allocations went already"
+            r = until_not_503(c, "DELETE", f"/allocations/{consumer}")
+            assert r.status_code == 204, r.text
+            b = req(request_id=f"b-{uuid.uuid4()}", constraints=at("ord"),
+                    consumers=[consumer])
+            r = until_not_503(c, "POST", "/strato/v1/schedule", json=b)
+            assert r.status_code == 200, r.text
+            assert r.json()["placements"][0]["zone"] == "root/ord"
+            mine = allocations(procs["ord"], consumer)
+            assert mine
+            relay.release()
+            # The held cancels land, and the root's own retries of it.
+            wait_for(lambda: sum(k["in_doubt"] for k in children(c).values()) == 0,
+                     timeout=30)
+            time.sleep(1.0)
+            assert allocations(procs["ord"], consumer) == mine
+    finally:
+        stop_all(procs)
+
+
+def test_a_consumer_placed_before_a_root_restart_is_not_placed_in_a_second_cell(
+        tmp_path: Path) -> None:
+    """Consumer C placed in dfw under R1; the root is killed (-9) and started
+    again (its consumer index is gone); R2 (a new id) asks for C in ord. As a
+    single zone refuses a schedule request for a consumer that has
+    allocations, the root does: 409, and C stays in dfw alone."""
+    root = zone(tmp_path, "root").start()
+    with over_two_cells(tmp_path, root) as procs:
+        with api.client(root.url) as c:
+            r1 = req(request_id=f"r1-{uuid.uuid4()}", constraints=at("dfw"))
+            consumer = r1["consumers"][0]
+            r = c.post("/strato/v1/schedule", json=r1)
+            assert r.status_code == 200, r.text
+            assert r.json()["placements"][0]["zone"] == "root/dfw"
+        root.kill()
+        procs["root"] = again = zone(tmp_path, "root", port=root.port).start()
+        with api.client(again.url) as c:
+            wait_for(lambda: all(k["health"]["healthy"] for k in children(c).values())
+                     and len(children(c)) == 2)
+            r2 = req(request_id=f"r2-{uuid.uuid4()}", constraints=at("ord"),
+                     consumers=[consumer])
+            r = until_not_503(c, "POST", "/strato/v1/schedule", json=r2)
+            assert r.status_code == 409, r.text
+            assert r.json()["errors"][0]["code"] == "placement.concurrent_update", r.text
+        assert allocations(procs["dfw"], consumer)
+        assert allocations(procs["ord"], consumer) == {}
+        # As dfw, a zone without children, answers it.
+        with api.client(procs["dfw"].url) as d:
+            r = d.post("/strato/v1/schedule", json={**r2, "constraints": at("dfw")})
+            assert r.status_code == 409, r.text
+            assert r.json()["errors"][0]["code"] == "placement.concurrent_update", r.text
