@@ -91,6 +91,7 @@ class Relay:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="chaos-relay")
         self._server: asyncio.Server | None = None
+        self.port = listen_port  # the port it listens on, once started (0: any)
 
     def start(self) -> Relay:
         self._thread.start()
@@ -100,25 +101,23 @@ class Relay:
 
     async def _serve(self) -> None:
         self._server = await asyncio.start_server(self._handle, *self.listen)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def _upstream(self, writer: asyncio.StreamWriter
+                        ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A connection to the target for a client's; None (the client's
+        closed) if the target does not take it."""
+        try:
+            return await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return None
 
     async def _handle(self, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
-        try:
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.close()
-            return
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except (OSError, asyncio.IncompleteReadError):
-                pass
-            finally:
-                dst.close()
-        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+        up = await self._upstream(writer)
+        if up is not None:
+            await asyncio.gather(pipe(reader, up[1]), pipe(up[0], writer))
 
     def stop(self) -> None:
         if not self._thread.is_alive():
@@ -129,3 +128,15 @@ class Relay:
             self._loop.call_soon_threadsafe(self._server.close)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+
+
+async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    """Copy `src` to `dst` until it ends or fails, then close `dst`."""
+    try:
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+    except (OSError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        dst.close()

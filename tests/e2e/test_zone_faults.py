@@ -6,7 +6,6 @@ was a fault before its fix."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import httpx
 import pytest
 
 from strato.process import ServerProcess, free_port
+from tests.chaos.netns import Relay, pipe
 from tests.e2e.test_zone_split import CuttingRelay, over_two_cells
 from tests.e2e.test_zone_tree import children, hosts, stop_all, wait_for, zone
 from tests.helpers import api
@@ -26,31 +26,22 @@ pytestmark = pytest.mark.slow
 CANCEL = b"/strato/v1/requests/cancel"
 
 
-class HoldingRelay:
+class HoldingRelay(Relay):
     """TCP to a zone on loopback that passes everything, except that while
     it holds, what the parent sends with `pattern` in it (a cancel) waits on
     its connection (the parent times out) until release(), when it goes on
     to the zone, late."""
 
     def __init__(self, target_port: int, pattern: bytes = CANCEL) -> None:
-        self.target_port = target_port
+        super().__init__("127.0.0.1", 0, target_port)
         self.pattern = pattern
         self.holding = True
         self.held = 0
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._go: asyncio.Event | None = None
 
-    def start(self) -> HoldingRelay:
-        self._thread.start()
-
-        async def begin() -> int:
-            self._go = asyncio.Event()
-            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            return int(server.sockets[0].getsockname()[1])
-        self.port = asyncio.run_coroutine_threadsafe(begin(), self._loop).result(10)
-        return self
+    async def _serve(self) -> None:
+        self._go = asyncio.Event()
+        await super()._serve()
 
     def hold(self) -> None:
         self.holding = True
@@ -71,21 +62,10 @@ class HoldingRelay:
 
     async def _handle(self, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
-        try:
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.close()
+        upstream = await self._upstream(writer)
+        if upstream is None:
             return
-
-        async def down() -> None:
-            try:
-                while data := await up_r.read(65536):
-                    writer.write(data)
-                    await writer.drain()
-            except OSError:
-                pass
-            finally:
-                writer.close()
+        up_r, up_w = upstream
 
         async def up() -> None:
             late = False
@@ -106,7 +86,7 @@ class HoldingRelay:
                 pass
             finally:
                 up_w.close()
-        await asyncio.gather(up(), down())
+        await asyncio.gather(up(), pipe(up_r, writer))
 
 
 def req(**kw: Any) -> dict[str, Any]:
