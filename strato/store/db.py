@@ -70,6 +70,9 @@ class Database:
         # Commits wait for the disk (SQLite's FULL): a lazy write opts out.
         self.fsyncs = self.is_sqlite and sqlite_synchronous.upper() == "FULL"
         self._lazy = _LazySync(self) if self.fsyncs else None
+        # synchronous NORMAL or OFF: no syncs to make, but the event loop's
+        # commits must not checkpoint either (see `_inline_conn`).
+        self._checkpointer = _Checkpointer(self) if self.is_sqlite and not self.fsyncs else None
         if self.is_sqlite:
             self._setup_sqlite(sqlite_synchronous)
         # Serialises SQLite writers inside this process so that they queue on a
@@ -304,9 +307,12 @@ class Database:
             driver.execute("PRAGMA busy_timeout=0")
             # Only commits that do not wait for the disk are made here.
             driver.execute("PRAGMA synchronous=NORMAL")
-            if self._lazy is not None:
+            if self._lazy is not None or self._checkpointer is not None:
                 # A checkpoint copies pages to the database file and syncs
-                # it: not on an event loop. The syncer thread makes them.
+                # it: not on an event loop (SQLite's automatic one runs in the
+                # commit that crosses 1,000 WAL pages: a 5 ms stall of every
+                # request the loop serves). The syncer thread makes them, or
+                # with synchronous NORMAL the checkpointer thread.
                 driver.execute("PRAGMA wal_autocheckpoint=0")
         return conn
 
@@ -348,8 +354,7 @@ class Database:
                 turn.conn.execution_options(**{_WRITE: False})
                 self._sqlite_write_lock.release()
             if error is None:
-                if self._lazy is not None:
-                    self._lazy.wrote()
+                self._wrote_inline()
                 for after, result, _ in turn.jobs:
                     _after(after, result)
         finally:
@@ -447,11 +452,17 @@ class Database:
                 if driver.in_transaction:
                     driver.execute("ROLLBACK")
                 raise
-            if self._lazy is not None:
-                self._lazy.wrote()
+            self._wrote_inline()
             return True, result
         finally:
             self._sqlite_write_lock.release()
+
+    def _wrote_inline(self) -> None:
+        """After a commit on the inline connection (which never checkpoints)."""
+        if self._lazy is not None:
+            self._lazy.wrote()
+        elif self._checkpointer is not None:
+            self._checkpointer.wrote()
 
     def publishing(self, start: bool) -> None:
         with self._published:
@@ -498,6 +509,8 @@ class Database:
     def dispose(self) -> None:
         if self._lazy is not None:
             self._lazy.close()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
@@ -733,6 +746,62 @@ class _LazySync:
         for t in (thread, waker):
             if t is not None and t is not threading.current_thread():
                 t.join(5)
+
+
+class _Checkpointer:
+    """Checkpoints a SQLite database whose commits do not wait for the disk
+    (synchronous NORMAL or OFF), off every caller's path: the inline
+    connection's commits (the event loop's) never checkpoint, so this thread
+    does, CHECKPOINT_S after the first commit since the last one. The other
+    connections keep SQLite's automatic checkpoint (they are never an event
+    loop's)."""
+
+    CHECKPOINT_S = 0.1
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._cv = threading.Condition()
+        self._dirty = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def wrote(self) -> None:
+        with self._cv:
+            if self._dirty:
+                return
+            self._dirty = True
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="strato-checkpoint")
+                self._thread.start()
+            self._cv.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._dirty and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    return
+            time.sleep(self.CHECKPOINT_S)
+            with self._cv:
+                self._dirty = False
+            try:
+                self._db.checkpoint()
+            except Exception:
+                log.exception("could not checkpoint %s", self._db.engine.url.database)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+        try:
+            self._db.checkpoint()  # what the last commits left in the WAL
+        except Exception:
+            log.exception("could not checkpoint %s", self._db.engine.url.database)
 
 
 def _resolve(fut: asyncio.Future[None], error: OSError | None) -> None:

@@ -643,10 +643,24 @@ def test_a_job_that_fails_in_a_turn_is_answered_once_the_others_hooks_ran(
     assert seen == [[1]]
 
 
-def test_the_loops_own_commits_are_checkpointed_by_the_syncer_thread(db: Database) -> None:
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+def test_the_loops_own_commits_are_checkpointed_by_another_thread(
+        tmp_path: Path, synchronous: str) -> None:
     """A checkpoint writes the database file and syncs it: never on the
-    thread that commits in place (an event loop); the syncer thread copies
-    what those commits left in the WAL."""
+    thread that commits in place (an event loop); the syncer thread (FULL)
+    or the checkpointer (NORMAL: no syncs, but SQLite's automatic checkpoint
+    would stall the loop for milliseconds) copies what those commits left in
+    the WAL."""
+    db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}", sqlite_synchronous=synchronous)
+    with db.write() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+    try:
+        _checkpointed_elsewhere(db)
+    finally:
+        db.dispose()
+
+
+def _checkpointed_elsewhere(db: Database) -> None:
     main = Path(str(db.engine.url.database))
     before = main.stat().st_size
     threads: list[int] = []
