@@ -750,42 +750,50 @@ class _LazySync:
 
 class _Checkpointer:
     """Checkpoints a SQLite database whose commits do not wait for the disk
-    (synchronous NORMAL or OFF), off every caller's path: the inline
-    connection's commits (the event loop's) never checkpoint, so this thread
-    does, CHECKPOINT_S after the first commit since the last one. The other
+    (synchronous NORMAL or OFF), off every caller's path. The inline
+    connection's commits (the event loop's) never checkpoint: SQLite's
+    automatic checkpoint runs inside the commit that crosses 1,000 WAL pages
+    and stalls the loop for milliseconds. This thread checkpoints instead,
+    about as often: after EVERY commits, or CHECKPOINT_S after the first
+    commit since the last checkpoint, whichever comes first (each checkpoint
+    syncs the WAL and the database file: not one per commit). The other
     connections keep SQLite's automatic checkpoint (they are never an event
     loop's)."""
 
-    CHECKPOINT_S = 0.1
+    EVERY = 200
+    CHECKPOINT_S = 1.0
 
     def __init__(self, db: Database) -> None:
         self._db = db
         self._cv = threading.Condition()
-        self._dirty = False
+        self._commits = 0  # since the last checkpoint
         self._closed = False
         self._thread: threading.Thread | None = None
 
     def wrote(self) -> None:
         with self._cv:
-            if self._dirty:
-                return
-            self._dirty = True
+            self._commits += 1
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(target=self._loop, daemon=True,
                                                 name="strato-checkpoint")
                 self._thread.start()
-            self._cv.notify()
+            if self._commits == 1 or self._commits == self.EVERY:
+                self._cv.notify()
 
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._dirty and not self._closed:
+                while not self._commits and not self._closed:
                     self._cv.wait()
                 if self._closed:
                     return
-            time.sleep(self.CHECKPOINT_S)
-            with self._cv:
-                self._dirty = False
+                due = time.monotonic() + self.CHECKPOINT_S
+                while (self._commits < self.EVERY and not self._closed
+                       and (left := due - time.monotonic()) > 0):
+                    self._cv.wait(left)
+                if self._closed:
+                    return
+                self._commits = 0
             try:
                 self._db.checkpoint()
             except Exception:
