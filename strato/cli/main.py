@@ -60,7 +60,10 @@ def _db_url(db: str | None, data_dir: str | None) -> str:
     url = db or os.environ.get("STRATO_DB")
     if not url:
         try:
-            url = default_sqlite_url(data_dir)
+            # Absolute, so the URL said at start-up ("database=sqlite:///...")
+            # names the file wherever the zone was started from.
+            url = default_sqlite_url(Path(data_dir).expanduser().absolute() if data_dir
+                                     else None)
         except OSError as exc:
             console.print(f"[red]cannot create the data directory[/] "
                           f"{exc.filename or data_dir}: {exc.strerror}; pass --data-dir or "
@@ -69,8 +72,48 @@ def _db_url(db: str | None, data_dir: str | None) -> str:
     # The usual spellings of a PostgreSQL URL, with the driver Strato ships.
     for prefix in ("postgres://", "postgresql://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            url = "postgresql+psycopg://" + url[len(prefix):]
+    _check_db_url(url)
     return url
+
+
+_DB_FORMS = "sqlite:///PATH (sqlite:////tmp/z.db is /tmp/z.db) or postgresql://USER@HOST/DBNAME"
+
+
+def _check_db_url(url: str) -> None:
+    """A --db that names no database Strato can use ends in one line (exit 2),
+    not in SQLAlchemy's traceback: a bare path, `sqlite:/x.db`, another
+    database (mysql://) or a driver that is not installed."""
+    import sqlalchemy as sa
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        hint = ""
+        if "://" not in url and not url.startswith("sqlite:"):
+            hint = (f"; for a SQLite file at that path: --db "
+                    f"sqlite:///{Path(url).expanduser().absolute()} (or --data-dir DIR)")
+        console.print(f"[red]invalid --db[/] {url!r}: not a database URL; write "
+                      f"{_DB_FORMS}{hint}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        # The schema would be made in one in-memory database and the zone
+        # would serve another, empty one.
+        console.print(f"[red]invalid --db[/] {url}: a zone's SQLite database is a file; "
+                      "write sqlite:///PATH or pass --data-dir DIR", soft_wrap=True)
+        raise typer.Exit(2)
+    if backend not in ("sqlite", "postgresql"):
+        console.print(f"[red]invalid --db[/] {_redact(url)}: Strato keeps a zone in SQLite or "
+                      f"PostgreSQL, not {backend}; write {_DB_FORMS}", soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (ImportError, sa.exc.NoSuchModuleError) as exc:
+        console.print(f"[red]invalid --db[/] {_redact(url)}: its driver "
+                      f"{parsed.drivername!r} cannot be loaded ({exc}); the driver Strato "
+                      "ships is postgresql+psycopg:// (or write postgresql://)",
+                      soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 def _is_http_url(url: str) -> bool:

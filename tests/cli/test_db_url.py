@@ -1,0 +1,48 @@
+"""A `--db` that names no database Strato can use ends in one line and exit 2,
+before anything starts, for `serve` and `db upgrade` alike: a bare path, a
+`sqlite:` with too few slashes, another database, a driver that is not
+installed, an in-memory SQLite file. A relative `--data-dir` is said as the
+absolute path of the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from strato.cli import main as cli
+
+ENV = {"COLUMNS": "250", "NO_COLOR": "1"}
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli.app, list(args), env=ENV)
+
+
+@pytest.mark.parametrize(("url", "needle"), [
+    ("/var/lib/strato/zone.db", "--db sqlite:////var/lib/strato/zone.db"),
+    ("sqlite:/tmp/zone.db", "not a database URL"),
+    ("mysql://strato@db/strato", "not mysql"),
+    ("postgresql+asyncpg://strato@db/strato", "postgresql+psycopg://"),
+    ("sqlite:///:memory:", "a zone's SQLite database is a file"),
+    ("sqlite://", "a zone's SQLite database is a file"),
+])
+@pytest.mark.parametrize("command", [["serve", "--port", "1"], ["db", "upgrade"]])
+def test_a_bad_db_url_is_one_line_and_exit_2(command: list[str], url: str,
+                                             needle: str) -> None:
+    result = invoke(*command, "--db", url)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert "invalid --db" in result.output and needle in result.output, result.output
+    assert "development mode" not in result.output  # said before anything else
+
+
+def test_a_relative_data_dir_is_said_as_an_absolute_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("db", "upgrade", "--data-dir", "zones/dfw")
+    assert result.exit_code == 0, result.output
+    assert f"sqlite:///{tmp_path}/zones/dfw/strato.db" in result.output, result.output
+    assert (tmp_path / "zones" / "dfw" / "strato.db").is_file()
