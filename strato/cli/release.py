@@ -57,6 +57,7 @@ def release(consumers: list[str] = typer.Argument(..., help="Consumer UUIDs."),
                 err.print(f"[red]{c}: part of the tree could not be asked[/]: {_detail(r)}")
                 raise typer.Exit(3)
             else:
-                err.print(f"[red]{c}: {r.status_code}[/] {_detail(r)}")
+                err.print(f"[red]{c}: {r.status_code}[/] {_detail(r)}"
+                          f"{hints.refused(r.status_code)}", soft_wrap=True)
                 raise typer.Exit(2)
     raise typer.Exit(code)

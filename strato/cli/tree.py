@@ -4,8 +4,9 @@ Each zone's own summary (capacity and use per class), then its children as
 it sees them (health, requests in doubt, last error), and, down their
 registered URLs, their children in turn. A zone that cannot be asked is
 shown with why; the rest of the tree is still shown. Exit codes: 0 every zone
-answered and is healthy; 1 some zone is unhealthy or could not be asked;
-3 the first zone could not be reached.
+answered and is healthy; 1 some zone is unhealthy or could not be asked, or
+the first zone refused (a wrong token: 401); 3 the first zone could not be
+reached.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[st
     try:
         summary = _get(client, url, "/strato/v1/summary?fresh=true")
         kids = _get(client, url, "/strato/v1/children")["children"]
+    except httpx.HTTPStatusError as exc:
+        node.add(f"[red]could not be asked[/]: {hints.http_error(exc.response)}")
+        state["bad"] = True
+        return
     except (httpx.HTTPError, ValueError, KeyError) as exc:
         node.add(f"[red]could not be asked[/]: {exc}")
         state["bad"] = True
@@ -100,6 +105,11 @@ def tree(url: str = URL, token: str = TOKEN,
     """The zone tree at a glance: capacity and use per class, health, requests in doubt."""
     try:
         root, state = render(url, token, depth=depth, timeout=timeout)
+    except httpx.HTTPStatusError as exc:
+        # It answered: a wrong token (401, 403) is not "could not be reached".
+        consoles.console(stderr=True).print(f"[red]{hints.http_error(exc.response)}[/]",
+                                            soft_wrap=True)
+        raise typer.Exit(1) from None
     except (httpx.HTTPError, ValueError) as exc:
         consoles.console(stderr=True).print(f"[red]{hints.unreachable(url, exc)}[/]",
                                             soft_wrap=True)
