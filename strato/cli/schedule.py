@@ -182,6 +182,11 @@ def build_request(inp: Inputs) -> dict[str, Any]:
                                   *[_csv([m]) for m in inp.member_of]]
         if inp.in_tree:
             first["in_tree"] = inp.in_tree
+    if "groups" not in body and inp.file:
+        raise InputError(f"{inp.file} has no 'groups' (what one instance needs: "
+                         f"groups: [{{resources: {{VCPU: 2}}}}]; top-level keys: "
+                         f"{', '.join(sorted(body)) or 'none'}; see docs/schedule.md) and "
+                         "no --resources was given")
     if "groups" not in body:
         raise InputError("no resources: pass --resources CLASS=N[,...] or -f FILE")
 
@@ -380,8 +385,10 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
     if as_json:
         return 2 if r.status_code == 400 else 1
     if r.status_code == 409 and code == NO_VALID_PLACEMENT:
-        err.print(f"[red]no valid placement[/]: {detail}", soft_wrap=True)
-        print_explain(out, r.json().get("explain"))
+        # As explain says it: the detail begins "no valid placement for ...", and
+        # holds the funnel's summary, which is not printed a second time.
+        err.print(f"[red]nothing fits[/]: {detail}", soft_wrap=True)
+        print_explain(out, r.json().get("explain"), said=detail)
         return 1
     if r.status_code == 400:
         err.print(f"[red]invalid request[/] (HTTP 400): {detail}")

@@ -192,6 +192,13 @@ def test_invalid_inputs_exit_2_before_any_request(monkeypatch: pytest.MonkeyPatc
     bad.write_text("- just\n- a list\n")
     result = invoke("explain", "-f", str(bad))
     assert result.exit_code == 2 and "mapping" in result.output
+    # A body guessed from the flags' names: the file is named, and what it lacks.
+    guessed = tmp_path / "guessed.json"
+    guessed.write_text('{"resources": {"VCPU": 1}, "count": 2}')
+    result = invoke("schedule", "-f", str(guessed))
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert "guessed.json has no 'groups'" in out and "top-level keys: count, resources" in out
 
 
 # -- against the app ---------------------------------------------------------------
@@ -247,10 +254,11 @@ def test_no_valid_placement_prints_the_explanation_and_exits_1(
                     "--tag", "hipaa")
     assert result.exit_code == 1, result.output
     out = result.output
-    assert "no valid placement" in out
+    assert out.startswith("nothing fits: no valid placement for 1 consumer(s)"), out
     assert "explain: unsuffixed group, 4 providers" in out
     assert "tags hipaa" in out and "trait HW_CPU_X86_AVX2 missing" in out
-    assert "summary (zone" in out
+    # The first line holds the funnel's summary: it is not said twice.
+    assert "summary (zone" not in out
     # The funnel adds up: 3 without the tag, then the hipaa host lacks the trait.
     rows = {ln.split("│")[2].strip(): ln.split("│")[3].strip()
             for ln in out.splitlines() if ln.count("│") >= 4}
