@@ -275,12 +275,13 @@ def serve(
                                help="A TOML file of these settings (named as the options "
                                "are); options and STRATO_* variables override it. "
                                "strato config show prints what is in effect."),
-    db: str = typer.Option(None, envvar="STRATO_DB", help="Database URL: sqlite:///path.db or "
-                           "postgresql+psycopg://user@host/dbname. Default: SQLite in the "
-                           "data directory. Env: STRATO_DB."),
+    db: str = typer.Option(None, envvar="STRATO_DB", help="Database URL: "
+                           "sqlite:////abs/path.db or postgresql://user@host/dbname. "
+                           "Default: strato.db in --data-dir."),
     data_dir: str = typer.Option(None, envvar="STRATO_DATA_DIR",
-                                 help="Where the default SQLite file lives. "
-                                 "Env: STRATO_DATA_DIR."),
+                                 help="The directory of the default SQLite file, strato.db "
+                                 "(made if missing; one per zone). Default: "
+                                 "$XDG_DATA_HOME/strato, else ~/.local/share/strato."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8780, help="Port to listen on."),
     auth_token: str = typer.Option(None, envvar="STRATO_AUTH_TOKEN",
