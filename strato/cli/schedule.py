@@ -445,7 +445,9 @@ ATOMIC = typer.Option(None, "--atomic/--no-atomic", help="All instances or none 
                       "(default), or as many as fit.")
 REQUEST_ID = typer.Option(None, "--request-id", help="Idempotency key: a repeat returns "
                           "the first answer and claims nothing.")
-URL = typer.Option(DEFAULT_URL, "--url", envvar="STRATO_URL", help="The zone server.")
+# --zone-url and STRATO_ZONE_URL too: the names `strato agent` and `strato providers` take.
+URL = typer.Option(DEFAULT_URL, "--url", "--zone-url", envvar=["STRATO_URL", "STRATO_ZONE_URL"],
+                   help="The zone server.")
 TOKEN = typer.Option("admin", "--token", envvar="STRATO_AUTH_TOKEN", help="X-Auth-Token.")
 JSON = typer.Option(False, "--json", help="Print the server's JSON answer as is.")
 TIMEOUT = typer.Option(60.0, "--timeout", help="Seconds to wait for the answer.")

@@ -29,3 +29,16 @@ def test_every_command_says_the_url_needs_a_scheme(command: list[str]) -> None:
     assert "Traceback" not in result.output
     assert "127.0.0.1:1 is not an http:// or https:// URL" in result.output, result.output
     assert "e.g. http://127.0.0.1:1" in result.output
+
+
+@pytest.mark.parametrize("command", [
+    ["tree"], ["providers"], ["schedule", "-r", "VCPU=1"],
+    ["release", "00000000-0000-4000-8000-000000000001"], ["children", "list"]])
+def test_every_command_takes_the_zone_as_zone_url_too(command: list[str]) -> None:
+    """`strato agent --zone-url` and `strato providers --zone-url` name the zone so:
+    the other commands take that spelling, and STRATO_ZONE_URL, as well as --url."""
+    for args, env in (([*command, "--zone-url", "127.0.0.1:2"], {}),
+                      (command, {"STRATO_ZONE_URL": "127.0.0.1:2"})):
+        result = invoke(*args, env=env)
+        assert result.exit_code == 3, result.output
+        assert "127.0.0.1:2 is not an http:// or https:// URL" in result.output, result.output
