@@ -23,6 +23,7 @@ from rich.table import Table
 from strato.cli import consoles, hints
 from strato.cli.schedule import JSON, TOKEN, URL
 from strato.model.amounts import AmountError, parse_amounts
+from strato.model.location import LocationError, canonical_location, canonical_tags
 
 providers_app = typer.Typer(
     help="A zone's providers: list (the default), add, set, delete.",
@@ -256,6 +257,19 @@ def _ensure_custom(z: _Zone, classes: list[str], traits: list[str]) -> None:
             z.call("PUT", f"/traits/{t}")
 
 
+def _check_meta(location: str | None, tags: list[str] | None) -> None:
+    """A location or tag the zone would refuse is bad input (exit 2, nothing sent),
+    not a provider made and then deleted."""
+    try:
+        canonical_location(location)
+    except LocationError as exc:
+        raise _bad("--location", location or "", str(exc)) from None
+    try:
+        canonical_tags(tags or [])
+    except LocationError as exc:
+        raise _bad("--tag", ",".join(tags or []), str(exc)) from None
+
+
 def _put_meta(z: _Zone, rp: str, location: str | None, tags: list[str] | None,
               clear_location: bool = False) -> None:
     if location is None and tags is None and not clear_location:
@@ -298,6 +312,7 @@ def add(name: str = typer.Argument(..., help="The provider's name (unique in the
     traits = _traits("--trait", trait)
     if uuid is not None and not _is_uuid(uuid):
         raise _bad("--uuid", uuid, "not a UUID")
+    _check_meta(location, tag)
     z = _Zone(url, token)
     body: dict[str, Any] = {"name": name, "uuid": uuid or str(uuidlib.uuid4())}
     if parent:
@@ -349,6 +364,7 @@ def set_(provider: str = typer.Argument(..., help="Name or UUID."),
     tags = None if tag is None or tag == [] else [t for t in tag if t]
     if location is not None and no_location:
         raise _bad("--location", location, "give --location or --no-location, not both")
+    _check_meta(location, tags)
     z = _Zone(url, token)
     rp = z.find(provider)
     u = rp["uuid"]

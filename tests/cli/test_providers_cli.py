@@ -151,3 +151,16 @@ def test_listing_an_unreachable_zone_is_exit_3() -> None:
         r = strato(*args)
         assert r.returncode == 3, (args, r.stdout, r.stderr)
         assert "could not be reached" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_bad_location_or_tag_is_refused_before_anything_is_sent() -> None:
+    # Exit 2, nothing sent (no zone listens there): not a provider made, then deleted.
+    url = f"http://127.0.0.1:{free_port()}"
+    for args, needle in ((("add", "h1", "-r", "VCPU=4", "--location", "dfw room1"),
+                          "invalid --location 'dfw room1'"),
+                         (("add", "h1", "-r", "VCPU=4", "--tag", "HIPAA"),
+                          "invalid --tag 'HIPAA'"),
+                         (("set", "h1", "--location", "dfw//r1"), "empty segment")):
+        r = strato("providers", *args, "--url", url)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert needle in r.stderr and "could not be reached" not in r.stderr, r.stderr
