@@ -476,6 +476,12 @@ def serve(
     except LocationError as exc:
         console.print(f"[red]invalid zone metadata[/]: {exc}")
         raise typer.Exit(2) from None
+    from strato.zone.protocol import _ZONE_NAME
+    if not re.match(_ZONE_NAME, zone):
+        # Its parent would refuse it at registration, in the log, after start-up.
+        console.print(f"[red]invalid --zone[/] {zone!r}: 1-255 characters, no '/' and no "
+                      "spaces (e.g. dfw or dfw-r1)")
+        raise typer.Exit(2)
     if keystone_url is not None:
         if not _is_http_url(keystone_url) or not keystone_user or not keystone_password:
             console.print("[red]invalid Keystone options[/]: --keystone-url needs an http(s) "

@@ -2,7 +2,8 @@
 before anything starts, for `serve` and `db upgrade` alike: a bare path, a
 `sqlite:` with too few slashes, another database, a driver that is not
 installed, an in-memory SQLite file. A relative `--data-dir` is said as the
-absolute path of the file."""
+absolute path of the file. A `--zone` name a parent would refuse is refused
+at start (exit 2), not in the log after it."""
 
 from __future__ import annotations
 
@@ -46,3 +47,11 @@ def test_a_relative_data_dir_is_said_as_an_absolute_path(
     assert result.exit_code == 0, result.output
     assert f"sqlite:///{tmp_path}/zones/dfw/strato.db" in result.output, result.output
     assert (tmp_path / "zones" / "dfw" / "strato.db").is_file()
+
+
+@pytest.mark.parametrize("name", ["bad name", "dfw/r1", ""])
+def test_a_zone_name_its_parent_would_refuse_is_refused_at_start(name: str,
+                                                                 tmp_path: Path) -> None:
+    result = invoke("serve", "--port", "1", "--data-dir", str(tmp_path), "--zone", name)
+    assert result.exit_code == 2, result.output
+    assert f"invalid --zone {name!r}" in result.output, result.output
