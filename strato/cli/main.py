@@ -447,6 +447,13 @@ def serve(
     from strato.engine.service import EngineConfig, parse_class_weights
 
     url = _db_url(db, data_dir)
+    if log_level.upper() not in LOG_LEVELS:
+        console.print(f"[red]invalid --log-level[/]: {log_level} "
+                      f"({', '.join(LOG_LEVELS).lower()})")
+        raise typer.Exit(2)
+    if log_format not in logs.FORMATS:
+        console.print(f"[red]invalid --log-format[/]: {log_format} (text or json)")
+        raise typer.Exit(2)
     if policy not in ("legacy", "secure", "open"):
         console.print(f"[red]invalid --policy[/]: {policy} (legacy, secure or open)")
         raise typer.Exit(2)
@@ -670,6 +677,9 @@ def serve(
                                 **(tls.server_options() if tls else {}))
     _listen_and_serve(server_config, lambda bound: f"strato serving on {scheme}://{host}:"
                       f"{bound} database={_redact(url)}")
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _listen_and_serve(config: Any, serving: Callable[[int], str]) -> None:

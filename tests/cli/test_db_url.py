@@ -55,3 +55,12 @@ def test_a_zone_name_its_parent_would_refuse_is_refused_at_start(name: str,
     result = invoke("serve", "--port", "1", "--data-dir", str(tmp_path), "--zone", name)
     assert result.exit_code == 2, result.output
     assert f"invalid --zone {name!r}" in result.output, result.output
+
+
+@pytest.mark.parametrize(("option", "value"), [("--log-level", "verbose"),
+                                               ("--log-format", "yaml")])
+def test_a_bad_log_option_is_one_line(option: str, value: str, tmp_path: Path) -> None:
+    result = invoke("serve", "--port", "1", "--data-dir", str(tmp_path), option, value)
+    assert result.exit_code == 2, result.output
+    assert f"invalid {option}: {value}" in result.output, result.output
+    assert "Traceback" not in result.output
