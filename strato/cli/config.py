@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from strato.cli import consoles
@@ -177,7 +178,8 @@ def show(ctx: typer.Context,
         try:
             from_file = load(Path(config), serve)
         except ConfigError as exc:
-            consoles.console(stderr=True).print(f"[red]invalid configuration[/]: {exc}",
+            consoles.console(stderr=True).print(f"[red]invalid configuration[/]: "
+                                                f"{escape(str(exc))}",
                                                 soft_wrap=True)
             raise typer.Exit(2) from None
     rows = effective(serve, from_file, os.environ)

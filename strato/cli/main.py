@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 from fastapi import FastAPI
+from rich.markup import escape
 
 from strato import logs, trace
 from strato.cli import consoles
@@ -110,7 +111,8 @@ def _check_db_url(url: str) -> None:
         parsed.get_dialect().import_dbapi()
     except (ImportError, sa.exc.NoSuchModuleError) as exc:
         console.print(f"[red]invalid --db[/] {_redact(url)}: its driver "
-                      f"{parsed.drivername!r} cannot be loaded ({exc}); the driver Strato "
+                      f"{parsed.drivername!r} cannot be loaded ({escape(str(exc))}); the "
+                      "driver Strato "
                       "ships is postgresql+psycopg:// (or write postgresql://)",
                       soft_wrap=True)
         raise typer.Exit(2) from None
@@ -220,7 +222,7 @@ def _prepare_database(url: str, create: bool) -> None:
                 console.print(f"[red]cannot use the database[/] {_redact(url)}: {first}")
                 raise typer.Exit(1) from None
         except sa.exc.ArgumentError as exc:
-            console.print(f"[red]invalid --db[/] {_redact(url)}: {exc}")
+            console.print(f"[red]invalid --db[/] {_redact(url)}: {escape(str(exc))}")
             raise typer.Exit(2) from None
     finally:
         database.dispose()
@@ -463,7 +465,7 @@ def serve(
         try:
             rules = PolicyFile(policy_file, PolicyMode(policy))
         except ValueError as exc:
-            console.print(f"[red]invalid --policy-file[/]: {exc}", soft_wrap=True)
+            console.print(f"[red]invalid --policy-file[/]: {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
         if rules.unknown:
             console.print(f"[yellow]--policy-file names rules this zone does not have[/]: "
@@ -475,13 +477,13 @@ def serve(
                               randomize=randomize_candidates, max_candidates=max_candidates,
                               max_combinations=max_combinations)
     except ValueError as exc:
-        console.print(f"[red]invalid ranking option[/]: {exc}")
+        console.print(f"[red]invalid ranking option[/]: {escape(str(exc))}")
         raise typer.Exit(2) from None
     try:
         location_prefix = canonical_location(location_prefix)  # type: ignore[assignment]
         tag = canonical_tags(tag)
     except LocationError as exc:
-        console.print(f"[red]invalid zone metadata[/]: {exc}")
+        console.print(f"[red]invalid zone metadata[/]: {escape(str(exc))}")
         raise typer.Exit(2) from None
     from strato.zone.protocol import _ZONE_NAME
     if not re.match(_ZONE_NAME, zone):
@@ -538,7 +540,7 @@ def serve(
     try:
         tls = Tls.of(tls_cert, tls_key, tls_ca)
     except ValueError as exc:
-        console.print(f"[red]invalid TLS option[/]: {exc}", soft_wrap=True)
+        console.print(f"[red]invalid TLS option[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
     scheme = "https" if tls is not None else "http"
     if trace_exporter not in trace.EXPORTERS:
@@ -547,7 +549,7 @@ def serve(
     try:
         trace.configure(trace_exporter)
     except trace.TraceUnavailable as exc:
-        console.print(f"[red]{exc}[/]")
+        console.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None
     limits = Limits(max_header_bytes=max_header_bytes, max_headers=max_headers,
                     header_timeout=header_timeout, body_timeout=body_timeout,
@@ -555,7 +557,7 @@ def serve(
     try:
         limits.check()
     except ValueError as exc:
-        console.print(f"[red]invalid server limit[/]: {exc}")
+        console.print(f"[red]invalid server limit[/]: {escape(str(exc))}")
         raise typer.Exit(2) from None
     limits.export()  # for --workers: each worker's protocol reads them
     GuardedHttp.limits = limits
@@ -835,7 +837,7 @@ def main() -> None:
         # command line and the environment still override them.
         defaults = config_file.default_map(args, os.environ, group)
     except config_file.ConfigError as exc:
-        console.print(f"[red]invalid configuration[/]: {exc}", soft_wrap=True)
+        console.print(f"[red]invalid configuration[/]: {escape(str(exc))}", soft_wrap=True)
         raise SystemExit(2) from None
     group.main(args=args, prog_name="strato", default_map=defaults)
 

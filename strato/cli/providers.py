@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from strato.cli import consoles, hints
@@ -103,7 +104,7 @@ def _table(rows: list[dict[str, Any]], window: float, only_stale: bool) -> Table
         loc = p["location"] or ""
         if p["location"] and p["own_location"] is None:
             loc += " [dim](root's)[/]"
-        t.add_row(p["name"], p["uuid"], loc, ", ".join(p["tags"]), last, state)
+        t.add_row(escape(p["name"]), p["uuid"], loc, ", ".join(p["tags"]), last, state)
     return t
 
 
@@ -141,7 +142,8 @@ class _Zone:
             _failed(r)
         rows = r.json()["resource_providers"]
         if not rows:
-            err.print(f"[red]no provider named {ident!r}[/] at {self.url}", soft_wrap=True)
+            err.print(f"[red]no provider named {escape(repr(ident))}[/] at {self.url}",
+                      soft_wrap=True)
             raise typer.Exit(1)
         return rows[0]
 
@@ -152,7 +154,7 @@ def _failed(r: httpx.Response) -> None:
         detail, code = str(e.get("detail")), e.get("code")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         detail, code = r.text[:300], None
-    err.print(f"[red]HTTP {r.status_code}[/]{f' ({code})' if code else ''}: {detail}"
+    err.print(f"[red]HTTP {r.status_code}[/]{f' ({code})' if code else ''}: {escape(detail)}"
               f"{hints.refused(r.status_code)}", soft_wrap=True)
     raise typer.Exit(3 if r.status_code == 503 else 1)
 
@@ -331,7 +333,8 @@ def add(name: str = typer.Argument(..., help="The provider's name (unique in the
         _put_meta(z, rp["uuid"], location, tag or None)
     except typer.Exit:
         z.client.delete(f"/resource_providers/{rp['uuid']}")
-        err.print(f"[yellow]{name} was not added[/] (the half-made provider was deleted)")
+        err.print(f"[yellow]{escape(name)} was not added[/] (the half-made provider was "
+                  "deleted)")
         raise
     _show(z, rp["uuid"], as_json, f"added provider {name} {rp['uuid']}")
 
@@ -412,7 +415,7 @@ def delete(provider: str = typer.Argument(..., help="Name or UUID."),
     z = _Zone(url, token)
     rp = z.find(provider)
     z.call("DELETE", f"/resource_providers/{rp['uuid']}")
-    consoles.console().print(f"deleted provider {rp['name']} {rp['uuid']}")
+    consoles.console().print(f"deleted provider {escape(rp['name'])} {rp['uuid']}")
 
 
 def _code(r: httpx.Response) -> str | None:
@@ -434,7 +437,7 @@ def _show(z: _Zone, u: str, as_json: bool, line: str) -> None:
         consoles.console().print_json(data=view)
         return
     out = consoles.console()
-    out.print(line)
+    out.print(escape(line))  # a provider's name is anything: never markup
     for rc, i in sorted(inv.items()):
         out.print(f"  {rc}: total {i['total']}, reserved {i['reserved']}, "
                   f"ratio {i['allocation_ratio']:g}")

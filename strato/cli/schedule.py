@@ -25,6 +25,7 @@ import httpx
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from strato.cli import consoles, hints
@@ -262,7 +263,8 @@ def placements_table(answer: dict[str, Any], names: dict[str, str]) -> Table:
         zone = str(p.get("zone") or "")
         if p.get("shared_zone"):
             zone += f" (+ pool in {p['shared_zone']})"
-        t.add_row(p["consumer_uuid"], names.get(host, host), zone, p.get("location") or "",
+        t.add_row(p["consumer_uuid"], escape(names.get(host, host)), escape(zone),
+                  p.get("location") or "",
                   _fmt_alloc(p["allocations"], names, host), f"{p['score']:.3f}")
     return t
 
@@ -277,7 +279,7 @@ def explain_tables(explain: dict[str, Any]) -> list[Table]:
         t.add_column("reason", overflow="fold")
         t.add_column("count", justify="right")
         for s in g["removed"]:
-            t.add_row(s["stage"], s["reason"], str(s["count"]))
+            t.add_row(s["stage"], escape(str(s["reason"])), str(s["count"]))
         t.add_row("[bold]remaining[/]", "", f"[bold]{g['remaining']}[/]", end_section=True)
         out.append(t)
     return out
@@ -314,7 +316,7 @@ def print_answer(console: Console, answer: dict[str, Any], names: dict[str, str]
     """The answer first (the placements, or why nothing fits), then the funnel, then
     the tally."""
     if answer.get("detail"):
-        console.print(f"[red]nothing fits[/]: {answer['detail']}", soft_wrap=True)
+        console.print(f"[red]nothing fits[/]: {escape(str(answer['detail']))}", soft_wrap=True)
     if answer["placements"]:
         console.print(placements_table(answer, names))
     for r in answer.get("relaxed", []):
@@ -359,7 +361,7 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
     try:
         body = build_request(inp)
     except InputError as exc:
-        err.print(f"[red]invalid request[/]: {exc}")
+        err.print(f"[red]invalid request[/]: {escape(str(exc))}")
         return 2
     headers = {"x-auth-token": token} if token else {}
     try:
@@ -387,13 +389,14 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
     if r.status_code == 409 and code == NO_VALID_PLACEMENT:
         # As explain says it: the detail begins "no valid placement for ...", and
         # holds the funnel's summary, which is not printed a second time.
-        err.print(f"[red]nothing fits[/]: {detail}", soft_wrap=True)
+        err.print(f"[red]nothing fits[/]: {escape(detail)}", soft_wrap=True)
         print_explain(out, r.json().get("explain"), said=detail)
         return 1
     if r.status_code == 400:
-        err.print(f"[red]invalid request[/] (HTTP 400): {detail}")
+        err.print(f"[red]invalid request[/] (HTTP 400): {escape(detail)}")
         return 2
-    err.print(f"[red]HTTP {r.status_code}[/] {code}: {detail}{hints.refused(r.status_code)}")
+    err.print(f"[red]HTTP {r.status_code}[/] {code}: {escape(detail)}"
+              f"{hints.refused(r.status_code)}")
     return 1
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import typer
+from rich.markup import escape
 from rich.tree import Tree
 
 from strato.cli import consoles, hints
@@ -58,7 +59,7 @@ def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[st
         state["bad"] = True
         return
     except (httpx.HTTPError, ValueError, KeyError) as exc:
-        node.add(f"[red]could not be asked[/]: {exc}")
+        node.add(f"[red]could not be asked[/]: {escape(str(exc))}")
         state["bad"] = True
         return
     state["zones"].append({"url": url, "summary": summary, "children": kids})
@@ -67,14 +68,14 @@ def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[st
     for k in kids:
         h = k.get("health", {})
         ok = bool(h.get("healthy"))
-        label = (f"[bold]{k['name']}[/] {k.get('location_prefix') or ''} "
+        label = (f"[bold]{escape(str(k['name']))}[/] {k.get('location_prefix') or ''} "
                  f"{'[green]healthy[/]' if ok else '[red]unhealthy[/]'}")
         if k.get("in_doubt"):
             label += f" [yellow]{k['in_doubt']} in doubt[/]"
         if not ok:
             state["bad"] = True
             if h.get("last_error"):
-                label += f" — {str(h['last_error'])[:100]}"
+                label += f" — {escape(str(h['last_error'])[:100])}"
         child = node.add(label)
         if depth > 1 and ok and str(k.get("url", "")).startswith(("http://", "https://")):
             _walk(client, str(k["url"]), child, depth - 1, state)
@@ -91,7 +92,8 @@ def render(url: str, token: str, *, depth: int = 8, timeout: float = 5.0
     state: dict[str, Any] = {"bad": False, "zones": []}
     with httpx.Client(headers=headers, timeout=timeout) as client:
         top = _get(client, url, "/strato/v1/summary?fresh=true")
-        root = Tree(f"[bold]{top.get('zone', url)}[/] {top.get('location_prefix') or ''} "
+        root = Tree(f"[bold]{escape(str(top.get('zone', url)))}[/] "
+                    f"{top.get('location_prefix') or ''} "
                     f"({top.get('providers', 0):,} provider"
                     f"{'' if top.get('providers') == 1 else 's'} below)")
         _walk(client, url, root, depth, state)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from strato.cli import consoles, hints
@@ -77,12 +78,13 @@ def sim(
     try:
         sc = load(scenario)
     except OSError as exc:
-        console.print(f"[red]cannot read the scenario {scenario}[/]: {exc.strerror or exc} "
+        console.print(f"[red]cannot read the scenario {scenario}[/]: "
+                      f"{escape(str(exc.strerror or exc))} "
                       "(the shipped ones are in scenarios/ of the source tree)",
                       soft_wrap=True)
         raise typer.Exit(2) from None
     except ScenarioError as exc:
-        console.print(f"[red]{exc}[/]")
+        console.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None
     if providers != 1.0 or requests != 1.0:
         sc = sc.scaled(providers=providers, requests=requests)
@@ -115,7 +117,7 @@ def sim(
                 raise typer.Exit(1 if bad else 0)
             data = run_compare(sc, policies, opts, out, progress=factory, solving=solving)
         except ValueError as exc:
-            console.print(f"[red]{exc}[/]")
+            console.print(f"[red]{escape(str(exc))}[/]")
             raise typer.Exit(2) from None
         except LiveRefused as exc:
             # strato-live: the zone at --url answered, and refused.
