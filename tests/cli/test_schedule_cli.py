@@ -174,6 +174,9 @@ constraints:
     (Inputs(resources=["VCPU:1"], consumers=[str(uuid.uuid4())], count=2), "--count 2"),
     (Inputs(resources=["VCPU:1"], class_weight=["VCPU"]), "--class-weight 'VCPU'"),
     (Inputs(file=Path("/nonexistent/request.yaml")), "request.yaml"),
+    (Inputs(resources=["VCPU:1"], anti_affinity=["rack"]),
+     "--anti-affinity rack needs a server group: pass --group NAME"),
+    (Inputs(resources=["VCPU:1"], affinity=["host:soft"]), "--affinity GROUP@host"),
 ])
 def test_unreadable_inputs_are_refused(inputs: Inputs, needle: str) -> None:
     with pytest.raises(InputError, match=needle):
