@@ -77,8 +77,11 @@ def test_a_provider_from_the_command_line(tmp_path: Path) -> None:
                      ["add", "x", "--uuid", "nope"], ["set", "host-1", "-r", "VCPU=x"]):
             r = strato("providers", *args, *u)
             assert r.returncode == 2 and "invalid" in r.stderr, (args, r.stderr)
-        r = strato("providers", "add", "x", "-r", "VCPU=4", "--location", "a//b", *u)
+        r = strato("providers", "add", "x", "-r", "VCPU=4", "--trait", "HW_NO_SUCH_TRAIT", *u)
         assert r.returncode == 1 and "was not added" in r.stderr, r.stderr
+        # A bad location is refused before anything is sent.
+        r = strato("providers", "add", "x", "-r", "VCPU=4", "--location", "a//b", *u)
+        assert r.returncode == 2 and "invalid --location" in r.stderr, r.stderr
         # A refused set changes nothing, its name neither.
         for args in (["--remove-resource", "VCPU=4"], ["--remove-resource", "DISK_GB"],
                      ["--reserved", "DISK_GB=1"]):
