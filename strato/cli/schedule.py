@@ -282,7 +282,9 @@ def explain_tables(explain: dict[str, Any]) -> list[Table]:
     for g in explain.get("groups", []):
         suffix = g.get("suffix") or ""
         name = f"group {suffix!r}" if suffix else "unsuffixed group"
-        t = Table(title=f"explain: {name}, {g['providers']} providers")
+        title = f"explain: {name}, {g['providers']} providers"
+        # As wide as its title: a narrow funnel (one short reason) would fold it.
+        t = Table(title=title, min_width=len(title) + 2)
         t.add_column("stage")
         t.add_column("reason", overflow="fold")
         t.add_column("count", justify="right")

@@ -391,3 +391,15 @@ def test_a_zone_that_cannot_be_reached_exits_3_as_for_every_command() -> None:
         result = invoke(command, "-r", "VCPU:1", "--url", "http://127.0.0.1:1")
         assert result.exit_code == 3, (command, result.output)
         assert "could not be reached" in result.output, result.output
+
+
+def test_a_narrow_funnel_keeps_its_title_on_one_line() -> None:
+    from rich.console import Console
+
+    explain = {"groups": [{"suffix": None, "providers": 3, "remaining": 0,
+                           "removed": [{"stage": "constraint", "reason": "tags gpu",
+                                        "count": 3}]}]}
+    console = Console(width=200, record=True)
+    for t in sched.explain_tables(explain):
+        console.print(t)
+    assert "explain: unsuffixed group, 3 providers" in console.export_text()
