@@ -86,6 +86,13 @@ def sim(
     except ScenarioError as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            console.print(f"[red]cannot write the report to {escape(str(out))}[/]: "
+                          f"{escape(str(exc.strerror or exc))}", soft_wrap=True)
+            raise typer.Exit(2) from None
     if providers != 1.0 or requests != 1.0:
         sc = sc.scaled(providers=providers, requests=requests)
     policies = [p.strip() for p in compare.split(",") if p.strip()]

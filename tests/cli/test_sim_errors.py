@@ -41,3 +41,18 @@ def test_live_mode_with_a_wrong_token_exits_1(server: ServerProcess) -> None:  #
     assert result.exit_code == 1, result.output
     out = " ".join(result.output.split())
     assert "strato-live: POST /resource_providers" in out and "HTTP 401" in out, out
+
+
+def test_a_scenario_missing_a_setting_is_named(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.toml"
+    typo.write_text(Path(SMALL).read_text().replace("\nname = ", "\nnmae = "))
+    result = invoke("sim", str(typo), "--no-progress")
+    assert result.exit_code == 2, result.output
+    assert "a required setting is missing: 'name'" in " ".join(result.output.split())
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_an_out_directory_that_cannot_be_made_is_named() -> None:
+    result = invoke("sim", SMALL, "--out", "/proc/strato-nowhere/report", "--no-progress")
+    assert result.exit_code == 2, result.output
+    assert "cannot write the report to /proc/strato-nowhere/report" in result.output
