@@ -829,8 +829,29 @@ app.add_typer(config_file.config_app, name="config")
 app.add_typer(_children_app, name="children")
 
 
+# Repeatable options: Typer would show `--tag <list[str]>`; these say what one takes.
+_LIST_METAVARS = {
+    "resources": "CLASS=N,...", "resource": "CLASS=N", "reserved": "CLASS=N",
+    "reserve": "CLASS=N", "ratio": "CLASS=RATIO", "allocation_ratio": "CLASS=RATIO",
+    "class_weight": "CLASS=WEIGHT", "remove_resource": "CLASS", "consumer": "UUID",
+    "required": "TRAIT,...", "member_of": "AGGREGATE,...", "affinity": "LEVEL",
+    "anti_affinity": "LEVEL", "location": "PATTERN", "tag": "TAG", "forbid_tag": "TAG",
+    "trait": "TRAIT", "remove_trait": "TRAIT", "disk_path": "PATH",
+    "cors_allowed_origin": "ORIGIN", "cors_allow_header": "HEADER",
+}
+
+
+def _name_list_metavars(command: Any) -> None:
+    for param in getattr(command, "params", []):
+        if getattr(param, "multiple", False) and param.metavar is None:
+            param.metavar = f"<{_LIST_METAVARS.get(param.name or '', 'TEXT')}>"
+    for sub in getattr(command, "commands", {}).values():
+        _name_list_metavars(sub)
+
+
 def main() -> None:
     group = typer.main.get_command(app)
+    _name_list_metavars(group)
     args = sys.argv[1:]
     try:
         # Settings from `--config FILE` become the options' defaults, so the
