@@ -218,13 +218,13 @@ def build_request(inp: Inputs) -> dict[str, Any]:
         rules.append(_rule({"type": "tags", key: names}, flag, inp))
     rules += [_spread("affinity", a, inp) for a in inp.affinity]
     rules += [_spread("anti_affinity", a, inp) for a in inp.anti_affinity]
-    for flag, texts in (("--affinity", inp.affinity), ("--anti-affinity", inp.anti_affinity)):
+    for option, texts in (("--affinity", inp.affinity), ("--anti-affinity", inp.anti_affinity)):
         for text in texts:
             if "group" not in body and "@" not in split_rule(text).value:
                 # The zone's words ("set `group` on the rule or the request") name
                 # the body's fields, not the flags.
-                raise InputError(f"{flag} {text} needs a server group: pass --group NAME "
-                                 f"(the group these consumers join), or {flag} "
+                raise InputError(f"{option} {text} needs a server group: pass --group NAME "
+                                 f"(the group these consumers join), or {option} "
                                  f"GROUP@{split_rule(text).value} for another group")
     if rules:
         body["constraints"] = [*body.get("constraints", []), *rules]
