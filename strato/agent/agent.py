@@ -172,10 +172,12 @@ class Agent:
                 self.stats.failures += 1
                 self._synced = False  # catch up with a full resync when it answers
                 delay = self.backoff(failures)
+                # --once does not retry: it must not say it will.
+                then = "" if once else f"; retrying in {delay:.1f}s"
                 if isinstance(exc, ZoneUnavailable | ZoneRefused):
-                    log.warning("report failed (%s); retrying in %.1fs", exc, delay)
+                    log.warning("report failed (%s)%s", exc, then)
                 else:
-                    log.exception("report failed unexpectedly; retrying in %.1fs", delay)
+                    log.exception("report failed unexpectedly%s", then)
             if once:
                 return 0 if failures == 0 else 1
             stop.wait(delay)

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from strato.cli import consoles, hints
@@ -36,7 +37,7 @@ def _failed(r: httpx.Response) -> None:
         detail = r.json()["errors"][0]["detail"]
     except (ValueError, KeyError, IndexError, TypeError):
         detail = r.text[:300]
-    err.print(f"[red]HTTP {r.status_code}[/]: {detail}{hints.refused(r.status_code)}",
+    err.print(f"[red]HTTP {r.status_code}[/]: {escape(detail)}{hints.refused(r.status_code)}",
               soft_wrap=True)
     raise typer.Exit(1)
 
@@ -57,8 +58,8 @@ def list_children(url: str = URL, token: str = TOKEN, as_json: bool = JSON) -> N
     for k in kids:
         h = k.get("health") or {}
         state = "[green]healthy[/]" if h.get("healthy") else \
-            f"[red]down[/] {str(h.get('last_error') or '')[:60]}"
-        t.add_row(k["name"], k["url"], k.get("location_prefix") or "",
+            f"[red]down[/] {escape(str(h.get('last_error') or '')[:60])}"
+        t.add_row(escape(k["name"]), k["url"], k.get("location_prefix") or "",
                   ", ".join(k.get("tags") or []), state, str(k.get("in_doubt", 0)))
     consoles.console().print(t)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from strato.cli import consoles
@@ -93,20 +94,20 @@ def _checked(where: str, value: Any, param: Any) -> Any:
     kind = param.type_descriptor.annotation
     if param.multiple:
         if not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: a string or a list of strings")
+            raise ConfigError(f"{where}: must be a string or a list of strings, got {value!r}")
         return value
     if kind is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: true or false")
+            raise ConfigError(f"{where}: must be true or false, got {value!r}")
     elif kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: an integer")
+            raise ConfigError(f"{where}: must be an integer, got {value!r}")
     elif kind is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}: a number")
+            raise ConfigError(f"{where}: must be a number, got {value!r}")
         value = float(value)
     elif not isinstance(value, str):
-        raise ConfigError(f"{where}: a string")
+        raise ConfigError(f"{where}: must be a string, got {value!r}")
     return value
 
 
@@ -177,7 +178,8 @@ def show(ctx: typer.Context,
         try:
             from_file = load(Path(config), serve)
         except ConfigError as exc:
-            consoles.console(stderr=True).print(f"[red]invalid configuration[/]: {exc}",
+            consoles.console(stderr=True).print(f"[red]invalid configuration[/]: "
+                                                f"{escape(str(exc))}",
                                                 soft_wrap=True)
             raise typer.Exit(2) from None
     rows = effective(serve, from_file, os.environ)

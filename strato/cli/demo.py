@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -786,14 +787,14 @@ def run_demo(providers: int = 2000, requests: int = 500, keep: bool = False,
             console.print("the tree now (strato tree --url " + root_url + "):")
             console.print(view)
         except Exception as exc:  # a view, not a check: say so and go on
-            console.print(f"[yellow]strato tree could not be shown[/]: {exc}")
+            console.print(f"[yellow]strato tree could not be shown[/]: {escape(str(exc))}")
         console.print("every zone serves a web view at /ui (any user name, the token as "
                       "password), /docs, /healthz, /readyz and /metrics (Prometheus): "
                       "after `strato serve`, open http://127.0.0.1:8780/ui and "
                       "http://127.0.0.1:8780/metrics (the demo's zones stop now)")
         return 1 if failed else 0
     except Exception as exc:  # the demo must explain, not dump a traceback
-        console.print(f"[red]demo failed:[/] {exc}; zone logs in {root_dir}")
+        console.print(f"[red]demo failed:[/] {escape(str(exc))}; zone logs in {root_dir}")
         opts.keep = True
         return 1
     finally:

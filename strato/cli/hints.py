@@ -1,8 +1,12 @@
-"""What to do next, said with a client-side error: the commands share these."""
+"""What to do next, said with a client-side error: the commands share these.
+
+They are Rich markup: what a server or an exception said is escaped (a
+detail such as "url must be http(s)://host[:port][/path]" is not a tag)."""
 
 from __future__ import annotations
 
 import httpx
+from rich.markup import escape
 
 _SERVE = ("is `strato serve` running there? Point --url (or STRATO_URL) at a zone, "
           "e.g. http://127.0.0.1:8780")
@@ -11,14 +15,29 @@ _SERVE = ("is `strato serve` running there? Point --url (or STRATO_URL) at a zon
 def unreachable(url: str, exc: Exception) -> str:
     """`url` could not be reached: why, and what to check."""
     if isinstance(exc, httpx.TimeoutException):
-        return f"{url} did not answer in time ({exc or 'timeout'})"
-    return f"{url} could not be reached: {exc}; {_SERVE}"
+        return escape(f"{url} did not answer in time ({exc or 'timeout'})")
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        # `--url 127.0.0.1:8780`: httpx's own words do not say what to write.
+        e_g = f"http://{url}" if "://" not in url else "http://127.0.0.1:8780"
+        return escape(f"{url} is not an http:// or https:// URL: point --url (or STRATO_URL) "
+                      f"at a zone, e.g. {e_g}")
+    return escape(f"{url} could not be reached: {str(exc).rstrip('.')}; {_SERVE}")
 
 
 def refused(status: int) -> str:
     """A hint for a 401 or 403 (empty for other statuses)."""
     if status not in (401, 403):
         return ""
-    return (" (a zone started without --auth-token, in development mode, takes the token "
-            "'admin' for administrative calls: --token or STRATO_AUTH_TOKEN; otherwise a "
-            "Keystone token with the needed role)")
+    return (" (send the token the zone was started with, --auth-token there, by --token "
+            "or STRATO_AUTH_TOKEN; a zone started without one, in development mode, takes "
+            "'admin' for administrative calls; a zone with --keystone-url takes a Keystone "
+            "token with the needed role)")
+
+
+def http_error(r: httpx.Response) -> str:
+    """`HTTP 401: detail (hint)` from a Placement-style error body, or its text."""
+    try:
+        detail = str(r.json()["errors"][0]["detail"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        detail = r.text[:300] or r.reason_phrase
+    return f"HTTP {r.status_code}: {escape(detail)}{refused(r.status_code)}"

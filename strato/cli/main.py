@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 from fastapi import FastAPI
+from rich.markup import escape
 
 from strato import logs, trace
 from strato.cli import consoles
@@ -60,7 +61,10 @@ def _db_url(db: str | None, data_dir: str | None) -> str:
     url = db or os.environ.get("STRATO_DB")
     if not url:
         try:
-            url = default_sqlite_url(data_dir)
+            # Absolute, so the URL said at start-up ("database=sqlite:///...")
+            # names the file wherever the zone was started from.
+            url = default_sqlite_url(Path(data_dir).expanduser().absolute() if data_dir
+                                     else None)
         except OSError as exc:
             console.print(f"[red]cannot create the data directory[/] "
                           f"{exc.filename or data_dir}: {exc.strerror}; pass --data-dir or "
@@ -69,8 +73,49 @@ def _db_url(db: str | None, data_dir: str | None) -> str:
     # The usual spellings of a PostgreSQL URL, with the driver Strato ships.
     for prefix in ("postgres://", "postgresql://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            url = "postgresql+psycopg://" + url[len(prefix):]
+    _check_db_url(url)
     return url
+
+
+_DB_FORMS = "sqlite:///PATH (sqlite:////tmp/z.db is /tmp/z.db) or postgresql://USER@HOST/DBNAME"
+
+
+def _check_db_url(url: str) -> None:
+    """A --db that names no database Strato can use ends in one line (exit 2),
+    not in SQLAlchemy's traceback: a bare path, `sqlite:/x.db`, another
+    database (mysql://) or a driver that is not installed."""
+    import sqlalchemy as sa
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        hint = ""
+        if "://" not in url and not url.startswith("sqlite:"):
+            hint = (f"; for a SQLite file at that path: --db "
+                    f"sqlite:///{Path(url).expanduser().absolute()} (or --data-dir DIR)")
+        console.print(f"[red]invalid --db[/] {url!r}: not a database URL; write "
+                      f"{_DB_FORMS}{hint}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        # The schema would be made in one in-memory database and the zone
+        # would serve another, empty one.
+        console.print(f"[red]invalid --db[/] {url}: a zone's SQLite database is a file; "
+                      "write sqlite:///PATH or pass --data-dir DIR", soft_wrap=True)
+        raise typer.Exit(2)
+    if backend not in ("sqlite", "postgresql"):
+        console.print(f"[red]invalid --db[/] {_redact(url)}: Strato keeps a zone in SQLite or "
+                      f"PostgreSQL, not {backend}; write {_DB_FORMS}", soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (ImportError, sa.exc.NoSuchModuleError) as exc:
+        console.print(f"[red]invalid --db[/] {_redact(url)}: its driver "
+                      f"{parsed.drivername!r} cannot be loaded ({escape(str(exc))}); the "
+                      "driver Strato "
+                      "ships is postgresql+psycopg:// (or write postgresql://)",
+                      soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 def _is_http_url(url: str) -> bool:
@@ -177,7 +222,7 @@ def _prepare_database(url: str, create: bool) -> None:
                 console.print(f"[red]cannot use the database[/] {_redact(url)}: {first}")
                 raise typer.Exit(1) from None
         except sa.exc.ArgumentError as exc:
-            console.print(f"[red]invalid --db[/] {_redact(url)}: {exc}")
+            console.print(f"[red]invalid --db[/] {_redact(url)}: {escape(str(exc))}")
             raise typer.Exit(2) from None
     finally:
         database.dispose()
@@ -232,12 +277,13 @@ def serve(
                                help="A TOML file of these settings (named as the options "
                                "are); options and STRATO_* variables override it. "
                                "strato config show prints what is in effect."),
-    db: str = typer.Option(None, envvar="STRATO_DB", help="Database URL: sqlite:///path.db or "
-                           "postgresql+psycopg://user@host/dbname. Default: SQLite in the "
-                           "data directory. Env: STRATO_DB."),
+    db: str = typer.Option(None, envvar="STRATO_DB", help="Database URL: "
+                           "sqlite:////abs/path.db or postgresql://user@host/dbname. "
+                           "Default: strato.db in --data-dir."),
     data_dir: str = typer.Option(None, envvar="STRATO_DATA_DIR",
-                                 help="Where the default SQLite file lives. "
-                                 "Env: STRATO_DATA_DIR."),
+                                 help="The directory of the default SQLite file, strato.db "
+                                 "(made if missing; one per zone). Default: "
+                                 "$XDG_DATA_HOME/strato, else ~/.local/share/strato."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8780, help="Port to listen on."),
     auth_token: str = typer.Option(None, envvar="STRATO_AUTH_TOKEN",
@@ -403,6 +449,13 @@ def serve(
     from strato.engine.service import EngineConfig, parse_class_weights
 
     url = _db_url(db, data_dir)
+    if log_level.upper() not in LOG_LEVELS:
+        console.print(f"[red]invalid --log-level[/]: {log_level} "
+                      f"({', '.join(LOG_LEVELS).lower()})")
+        raise typer.Exit(2)
+    if log_format not in logs.FORMATS:
+        console.print(f"[red]invalid --log-format[/]: {log_format} (text or json)")
+        raise typer.Exit(2)
     if policy not in ("legacy", "secure", "open"):
         console.print(f"[red]invalid --policy[/]: {policy} (legacy, secure or open)")
         raise typer.Exit(2)
@@ -412,7 +465,7 @@ def serve(
         try:
             rules = PolicyFile(policy_file, PolicyMode(policy))
         except ValueError as exc:
-            console.print(f"[red]invalid --policy-file[/]: {exc}", soft_wrap=True)
+            console.print(f"[red]invalid --policy-file[/]: {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(2) from None
         if rules.unknown:
             console.print(f"[yellow]--policy-file names rules this zone does not have[/]: "
@@ -424,14 +477,20 @@ def serve(
                               randomize=randomize_candidates, max_candidates=max_candidates,
                               max_combinations=max_combinations)
     except ValueError as exc:
-        console.print(f"[red]invalid ranking option[/]: {exc}")
+        console.print(f"[red]invalid ranking option[/]: {escape(str(exc))}")
         raise typer.Exit(2) from None
     try:
         location_prefix = canonical_location(location_prefix)  # type: ignore[assignment]
         tag = canonical_tags(tag)
     except LocationError as exc:
-        console.print(f"[red]invalid zone metadata[/]: {exc}")
+        console.print(f"[red]invalid zone metadata[/]: {escape(str(exc))}")
         raise typer.Exit(2) from None
+    from strato.zone.protocol import _ZONE_NAME
+    if not re.match(_ZONE_NAME, zone):
+        # Its parent would refuse it at registration, in the log, after start-up.
+        console.print(f"[red]invalid --zone[/] {zone!r}: 1-255 characters, no '/' and no "
+                      "spaces (e.g. dfw or dfw-r1)")
+        raise typer.Exit(2)
     if keystone_url is not None:
         if not _is_http_url(keystone_url) or not keystone_user or not keystone_password:
             console.print("[red]invalid Keystone options[/]: --keystone-url needs an http(s) "
@@ -481,7 +540,7 @@ def serve(
     try:
         tls = Tls.of(tls_cert, tls_key, tls_ca)
     except ValueError as exc:
-        console.print(f"[red]invalid TLS option[/]: {exc}", soft_wrap=True)
+        console.print(f"[red]invalid TLS option[/]: {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
     scheme = "https" if tls is not None else "http"
     if trace_exporter not in trace.EXPORTERS:
@@ -490,7 +549,7 @@ def serve(
     try:
         trace.configure(trace_exporter)
     except trace.TraceUnavailable as exc:
-        console.print(f"[red]{exc}[/]")
+        console.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(2) from None
     limits = Limits(max_header_bytes=max_header_bytes, max_headers=max_headers,
                     header_timeout=header_timeout, body_timeout=body_timeout,
@@ -498,7 +557,7 @@ def serve(
     try:
         limits.check()
     except ValueError as exc:
-        console.print(f"[red]invalid server limit[/]: {exc}")
+        console.print(f"[red]invalid server limit[/]: {escape(str(exc))}")
         raise typer.Exit(2) from None
     limits.export()  # for --workers: each worker's protocol reads them
     GuardedHttp.limits = limits
@@ -620,6 +679,9 @@ def serve(
                                 **(tls.server_options() if tls else {}))
     _listen_and_serve(server_config, lambda bound: f"strato serving on {scheme}://{host}:"
                       f"{bound} database={_redact(url)}")
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _listen_and_serve(config: Any, serving: Callable[[int], str]) -> None:
@@ -767,15 +829,36 @@ app.add_typer(config_file.config_app, name="config")
 app.add_typer(_children_app, name="children")
 
 
+# Repeatable options: Typer would show `--tag <list[str]>`; these say what one takes.
+_LIST_METAVARS = {
+    "resources": "CLASS=N,...", "resource": "CLASS=N", "reserved": "CLASS=N",
+    "reserve": "CLASS=N", "ratio": "CLASS=RATIO", "allocation_ratio": "CLASS=RATIO",
+    "class_weight": "CLASS=WEIGHT", "remove_resource": "CLASS", "consumer": "UUID",
+    "required": "TRAIT,...", "member_of": "AGGREGATE,...", "affinity": "LEVEL",
+    "anti_affinity": "LEVEL", "location": "PATTERN", "tag": "TAG", "forbid_tag": "TAG",
+    "trait": "TRAIT", "remove_trait": "TRAIT", "disk_path": "PATH",
+    "cors_allowed_origin": "ORIGIN", "cors_allow_header": "HEADER",
+}
+
+
+def _name_list_metavars(command: Any) -> None:
+    for param in getattr(command, "params", []):
+        if getattr(param, "multiple", False) and param.metavar is None:
+            param.metavar = f"<{_LIST_METAVARS.get(param.name or '', 'TEXT')}>"
+    for sub in getattr(command, "commands", {}).values():
+        _name_list_metavars(sub)
+
+
 def main() -> None:
     group = typer.main.get_command(app)
+    _name_list_metavars(group)
     args = sys.argv[1:]
     try:
         # Settings from `--config FILE` become the options' defaults, so the
         # command line and the environment still override them.
         defaults = config_file.default_map(args, os.environ, group)
     except config_file.ConfigError as exc:
-        console.print(f"[red]invalid configuration[/]: {exc}", soft_wrap=True)
+        console.print(f"[red]invalid configuration[/]: {escape(str(exc))}", soft_wrap=True)
         raise SystemExit(2) from None
     group.main(args=args, prog_name="strato", default_map=defaults)
 

@@ -18,11 +18,13 @@ from typing import Any
 
 import httpx
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from strato.cli import consoles, hints
 from strato.cli.schedule import JSON, TOKEN, URL
 from strato.model.amounts import AmountError, parse_amounts
+from strato.model.location import LocationError, canonical_location, canonical_tags
 
 providers_app = typer.Typer(
     help="A zone's providers: list (the default), add, set, delete.",
@@ -102,7 +104,7 @@ def _table(rows: list[dict[str, Any]], window: float, only_stale: bool) -> Table
         loc = p["location"] or ""
         if p["location"] and p["own_location"] is None:
             loc += " [dim](root's)[/]"
-        t.add_row(p["name"], p["uuid"], loc, ", ".join(p["tags"]), last, state)
+        t.add_row(escape(p["name"]), p["uuid"], loc, ", ".join(p["tags"]), last, state)
     return t
 
 
@@ -140,7 +142,8 @@ class _Zone:
             _failed(r)
         rows = r.json()["resource_providers"]
         if not rows:
-            err.print(f"[red]no provider named {ident!r}[/] at {self.url}", soft_wrap=True)
+            err.print(f"[red]no provider named {escape(repr(ident))}[/] at {self.url}",
+                      soft_wrap=True)
             raise typer.Exit(1)
         return rows[0]
 
@@ -151,7 +154,7 @@ def _failed(r: httpx.Response) -> None:
         detail, code = str(e.get("detail")), e.get("code")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         detail, code = r.text[:300], None
-    err.print(f"[red]HTTP {r.status_code}[/]{f' ({code})' if code else ''}: {detail}"
+    err.print(f"[red]HTTP {r.status_code}[/]{f' ({code})' if code else ''}: {escape(detail)}"
               f"{hints.refused(r.status_code)}", soft_wrap=True)
     raise typer.Exit(3 if r.status_code == 503 else 1)
 
@@ -256,6 +259,19 @@ def _ensure_custom(z: _Zone, classes: list[str], traits: list[str]) -> None:
             z.call("PUT", f"/traits/{t}")
 
 
+def _check_meta(location: str | None, tags: list[str] | None) -> None:
+    """A location or tag the zone would refuse is bad input (exit 2, nothing sent),
+    not a provider made and then deleted."""
+    try:
+        canonical_location(location)
+    except LocationError as exc:
+        raise _bad("--location", location or "", str(exc)) from None
+    try:
+        canonical_tags(tags or [])
+    except LocationError as exc:
+        raise _bad("--tag", ",".join(tags or []), str(exc)) from None
+
+
 def _put_meta(z: _Zone, rp: str, location: str | None, tags: list[str] | None,
               clear_location: bool = False) -> None:
     if location is None and tags is None and not clear_location:
@@ -298,6 +314,7 @@ def add(name: str = typer.Argument(..., help="The provider's name (unique in the
     traits = _traits("--trait", trait)
     if uuid is not None and not _is_uuid(uuid):
         raise _bad("--uuid", uuid, "not a UUID")
+    _check_meta(location, tag)
     z = _Zone(url, token)
     body: dict[str, Any] = {"name": name, "uuid": uuid or str(uuidlib.uuid4())}
     if parent:
@@ -316,7 +333,8 @@ def add(name: str = typer.Argument(..., help="The provider's name (unique in the
         _put_meta(z, rp["uuid"], location, tag or None)
     except typer.Exit:
         z.client.delete(f"/resource_providers/{rp['uuid']}")
-        err.print(f"[yellow]{name} was not added[/] (the half-made provider was deleted)")
+        err.print(f"[yellow]{escape(name)} was not added[/] (the half-made provider was "
+                  "deleted)")
         raise
     _show(z, rp["uuid"], as_json, f"added provider {name} {rp['uuid']}")
 
@@ -349,6 +367,7 @@ def set_(provider: str = typer.Argument(..., help="Name or UUID."),
     tags = None if tag is None or tag == [] else [t for t in tag if t]
     if location is not None and no_location:
         raise _bad("--location", location, "give --location or --no-location, not both")
+    _check_meta(location, tags)
     z = _Zone(url, token)
     rp = z.find(provider)
     u = rp["uuid"]
@@ -396,7 +415,7 @@ def delete(provider: str = typer.Argument(..., help="Name or UUID."),
     z = _Zone(url, token)
     rp = z.find(provider)
     z.call("DELETE", f"/resource_providers/{rp['uuid']}")
-    consoles.console().print(f"deleted provider {rp['name']} {rp['uuid']}")
+    consoles.console().print(f"deleted provider {escape(rp['name'])} {rp['uuid']}")
 
 
 def _code(r: httpx.Response) -> str | None:
@@ -418,7 +437,7 @@ def _show(z: _Zone, u: str, as_json: bool, line: str) -> None:
         consoles.console().print_json(data=view)
         return
     out = consoles.console()
-    out.print(line)
+    out.print(escape(line))  # a provider's name is anything: never markup
     for rc, i in sorted(inv.items()):
         out.print(f"  {rc}: total {i['total']}, reserved {i['reserved']}, "
                   f"ratio {i['allocation_ratio']:g}")

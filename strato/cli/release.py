@@ -13,6 +13,7 @@ import uuid
 
 import httpx
 import typer
+from rich.markup import escape
 
 from strato.cli import consoles, hints
 from strato.cli.schedule import TOKEN, URL
@@ -54,9 +55,10 @@ def release(consumers: list[str] = typer.Argument(..., help="Consumer UUIDs."),
                 console.print(f"[yellow]{c} holds nothing here[/]")
                 code = max(code, 1)
             elif r.status_code == 503:
-                err.print(f"[red]{c}: part of the tree could not be asked[/]: {_detail(r)}")
+                err.print(f"[red]{c}: part of the tree could not be asked[/]: {escape(_detail(r))}")
                 raise typer.Exit(3)
             else:
-                err.print(f"[red]{c}: {r.status_code}[/] {_detail(r)}")
+                err.print(f"[red]{c}: {r.status_code}[/] {escape(_detail(r))}"
+                          f"{hints.refused(r.status_code)}", soft_wrap=True)
                 raise typer.Exit(2)
     raise typer.Exit(code)

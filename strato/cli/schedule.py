@@ -25,6 +25,7 @@ import httpx
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from strato.cli import consoles, hints
@@ -182,6 +183,11 @@ def build_request(inp: Inputs) -> dict[str, Any]:
                                   *[_csv([m]) for m in inp.member_of]]
         if inp.in_tree:
             first["in_tree"] = inp.in_tree
+    if "groups" not in body and inp.file:
+        raise InputError(f"{inp.file} has no 'groups' (what one instance needs: "
+                         f"groups: [{{resources: {{VCPU: 2}}}}]; top-level keys: "
+                         f"{', '.join(sorted(body)) or 'none'}; see docs/schedule.md) and "
+                         "no --resources was given")
     if "groups" not in body:
         raise InputError("no resources: pass --resources CLASS=N[,...] or -f FILE")
 
@@ -212,6 +218,14 @@ def build_request(inp: Inputs) -> dict[str, Any]:
         rules.append(_rule({"type": "tags", key: names}, flag, inp))
     rules += [_spread("affinity", a, inp) for a in inp.affinity]
     rules += [_spread("anti_affinity", a, inp) for a in inp.anti_affinity]
+    for option, texts in (("--affinity", inp.affinity), ("--anti-affinity", inp.anti_affinity)):
+        for text in texts:
+            if "group" not in body and "@" not in split_rule(text).value:
+                # The zone's words ("set `group` on the rule or the request") name
+                # the body's fields, not the flags.
+                raise InputError(f"{option} {text} needs a server group: pass --group NAME "
+                                 f"(the group these consumers join), or {option} "
+                                 f"GROUP@{split_rule(text).value} for another group")
     if rules:
         body["constraints"] = [*body.get("constraints", []), *rules]
 
@@ -257,7 +271,8 @@ def placements_table(answer: dict[str, Any], names: dict[str, str]) -> Table:
         zone = str(p.get("zone") or "")
         if p.get("shared_zone"):
             zone += f" (+ pool in {p['shared_zone']})"
-        t.add_row(p["consumer_uuid"], names.get(host, host), zone, p.get("location") or "",
+        t.add_row(p["consumer_uuid"], escape(names.get(host, host)), escape(zone),
+                  p.get("location") or "",
                   _fmt_alloc(p["allocations"], names, host), f"{p['score']:.3f}")
     return t
 
@@ -267,12 +282,14 @@ def explain_tables(explain: dict[str, Any]) -> list[Table]:
     for g in explain.get("groups", []):
         suffix = g.get("suffix") or ""
         name = f"group {suffix!r}" if suffix else "unsuffixed group"
-        t = Table(title=f"explain: {name}, {g['providers']} providers")
+        title = f"explain: {name}, {g['providers']} providers"
+        # As wide as its title: a narrow funnel (one short reason) would fold it.
+        t = Table(title=title, min_width=len(title) + 2)
         t.add_column("stage")
         t.add_column("reason", overflow="fold")
         t.add_column("count", justify="right")
         for s in g["removed"]:
-            t.add_row(s["stage"], s["reason"], str(s["count"]))
+            t.add_row(s["stage"], escape(str(s["reason"])), str(s["count"]))
         t.add_row("[bold]remaining[/]", "", f"[bold]{g['remaining']}[/]", end_section=True)
         out.append(t)
     return out
@@ -309,7 +326,7 @@ def print_answer(console: Console, answer: dict[str, Any], names: dict[str, str]
     """The answer first (the placements, or why nothing fits), then the funnel, then
     the tally."""
     if answer.get("detail"):
-        console.print(f"[red]nothing fits[/]: {answer['detail']}", soft_wrap=True)
+        console.print(f"[red]nothing fits[/]: {escape(str(answer['detail']))}", soft_wrap=True)
     if answer["placements"]:
         console.print(placements_table(answer, names))
     for r in answer.get("relaxed", []):
@@ -354,7 +371,7 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
     try:
         body = build_request(inp)
     except InputError as exc:
-        err.print(f"[red]invalid request[/]: {exc}")
+        err.print(f"[red]invalid request[/]: {escape(str(exc))}")
         return 2
     headers = {"x-auth-token": token} if token else {}
     try:
@@ -380,13 +397,16 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
     if as_json:
         return 2 if r.status_code == 400 else 1
     if r.status_code == 409 and code == NO_VALID_PLACEMENT:
-        err.print(f"[red]no valid placement[/]: {detail}", soft_wrap=True)
-        print_explain(out, r.json().get("explain"))
+        # As explain says it: the detail begins "no valid placement for ...", and
+        # holds the funnel's summary, which is not printed a second time.
+        err.print(f"[red]nothing fits[/]: {escape(detail)}", soft_wrap=True)
+        print_explain(out, r.json().get("explain"), said=detail)
         return 1
     if r.status_code == 400:
-        err.print(f"[red]invalid request[/] (HTTP 400): {detail}")
+        err.print(f"[red]invalid request[/] (HTTP 400): {escape(detail)}")
         return 2
-    err.print(f"[red]HTTP {r.status_code}[/] {code}: {detail}{hints.refused(r.status_code)}")
+    err.print(f"[red]HTTP {r.status_code}[/] {code}: {escape(detail)}"
+              f"{hints.refused(r.status_code)}")
     return 1
 
 
@@ -438,7 +458,9 @@ ATOMIC = typer.Option(None, "--atomic/--no-atomic", help="All instances or none 
                       "(default), or as many as fit.")
 REQUEST_ID = typer.Option(None, "--request-id", help="Idempotency key: a repeat returns "
                           "the first answer and claims nothing.")
-URL = typer.Option(DEFAULT_URL, "--url", envvar="STRATO_URL", help="The zone server.")
+# --zone-url and STRATO_ZONE_URL too: the names `strato agent` and `strato providers` take.
+URL = typer.Option(DEFAULT_URL, "--url", "--zone-url", envvar=["STRATO_URL", "STRATO_ZONE_URL"],
+                   help="The zone server.")
 TOKEN = typer.Option("admin", "--token", envvar="STRATO_AUTH_TOKEN", help="X-Auth-Token.")
 JSON = typer.Option(False, "--json", help="Print the server's JSON answer as is.")
 TIMEOUT = typer.Option(60.0, "--timeout", help="Seconds to wait for the answer.")

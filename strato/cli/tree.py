@@ -4,8 +4,9 @@ Each zone's own summary (capacity and use per class), then its children as
 it sees them (health, requests in doubt, last error), and, down their
 registered URLs, their children in turn. A zone that cannot be asked is
 shown with why; the rest of the tree is still shown. Exit codes: 0 every zone
-answered and is healthy; 1 some zone is unhealthy or could not be asked;
-3 the first zone could not be reached.
+answered and is healthy; 1 some zone is unhealthy or could not be asked, or
+the first zone refused (a wrong token: 401); 3 the first zone could not be
+reached.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import httpx
 import typer
+from rich.markup import escape
 from rich.tree import Tree
 
 from strato.cli import consoles, hints
@@ -52,8 +54,12 @@ def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[st
     try:
         summary = _get(client, url, "/strato/v1/summary?fresh=true")
         kids = _get(client, url, "/strato/v1/children")["children"]
+    except httpx.HTTPStatusError as exc:
+        node.add(f"[red]could not be asked[/]: {hints.http_error(exc.response)}")
+        state["bad"] = True
+        return
     except (httpx.HTTPError, ValueError, KeyError) as exc:
-        node.add(f"[red]could not be asked[/]: {exc}")
+        node.add(f"[red]could not be asked[/]: {escape(str(exc))}")
         state["bad"] = True
         return
     state["zones"].append({"url": url, "summary": summary, "children": kids})
@@ -62,14 +68,14 @@ def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[st
     for k in kids:
         h = k.get("health", {})
         ok = bool(h.get("healthy"))
-        label = (f"[bold]{k['name']}[/] {k.get('location_prefix') or ''} "
+        label = (f"[bold]{escape(str(k['name']))}[/] {k.get('location_prefix') or ''} "
                  f"{'[green]healthy[/]' if ok else '[red]unhealthy[/]'}")
         if k.get("in_doubt"):
             label += f" [yellow]{k['in_doubt']} in doubt[/]"
         if not ok:
             state["bad"] = True
             if h.get("last_error"):
-                label += f" — {str(h['last_error'])[:100]}"
+                label += f" — {escape(str(h['last_error'])[:100])}"
         child = node.add(label)
         if depth > 1 and ok and str(k.get("url", "")).startswith(("http://", "https://")):
             _walk(client, str(k["url"]), child, depth - 1, state)
@@ -86,7 +92,8 @@ def render(url: str, token: str, *, depth: int = 8, timeout: float = 5.0
     state: dict[str, Any] = {"bad": False, "zones": []}
     with httpx.Client(headers=headers, timeout=timeout) as client:
         top = _get(client, url, "/strato/v1/summary?fresh=true")
-        root = Tree(f"[bold]{top.get('zone', url)}[/] {top.get('location_prefix') or ''} "
+        root = Tree(f"[bold]{escape(str(top.get('zone', url)))}[/] "
+                    f"{top.get('location_prefix') or ''} "
                     f"({top.get('providers', 0):,} provider"
                     f"{'' if top.get('providers') == 1 else 's'} below)")
         _walk(client, url, root, depth, state)
@@ -100,6 +107,11 @@ def tree(url: str = URL, token: str = TOKEN,
     """The zone tree at a glance: capacity and use per class, health, requests in doubt."""
     try:
         root, state = render(url, token, depth=depth, timeout=timeout)
+    except httpx.HTTPStatusError as exc:
+        # It answered: a wrong token (401, 403) is not "could not be reached".
+        consoles.console(stderr=True).print(f"[red]{hints.http_error(exc.response)}[/]",
+                                            soft_wrap=True)
+        raise typer.Exit(1) from None
     except (httpx.HTTPError, ValueError) as exc:
         consoles.console(stderr=True).print(f"[red]{hints.unreachable(url, exc)}[/]",
                                             soft_wrap=True)

@@ -8,11 +8,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from strato.cli import consoles
+from strato.cli import consoles, hints
 
 if TYPE_CHECKING:
     from strato.sim.exact import SolveProgress
@@ -54,7 +56,8 @@ def sim(
     requests: float = typer.Option(1.0, help="Scale the number of requests."),
     db: str = typer.Option(None, help="An empty PostgreSQL database for the in-process "
                            "zone (default: SQLite in a temporary directory)."),
-    url: str = typer.Option(None, help="A running Strato server, for strato-live."),
+    url: str = typer.Option(None, envvar="STRATO_URL",
+                            help="A running Strato server, for strato-live."),
     token: str = typer.Option("admin", envvar="STRATO_AUTH_TOKEN",
                               help="X-Auth-Token for --url."),
     register: bool = typer.Option(True, "--register/--no-register",
@@ -69,13 +72,27 @@ def sim(
     """Simulate a workload on a cluster: Strato against baselines, in virtual time."""
     from strato.sim.compare import Options
     from strato.sim.compare import compare as run_compare
+    from strato.sim.live import LiveRefused
     from strato.sim.scenario import ScenarioError, load
 
     try:
         sc = load(scenario)
-    except (OSError, ScenarioError) as exc:
-        console.print(f"[red]{exc}[/]")
+    except OSError as exc:
+        console.print(f"[red]cannot read the scenario {scenario}[/]: "
+                      f"{escape(str(exc.strerror or exc))} "
+                      "(the shipped ones are in scenarios/ of the source tree)",
+                      soft_wrap=True)
         raise typer.Exit(2) from None
+    except ScenarioError as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(2) from None
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            console.print(f"[red]cannot write the report to {escape(str(out))}[/]: "
+                          f"{escape(str(exc.strerror or exc))}", soft_wrap=True)
+            raise typer.Exit(2) from None
     if providers != 1.0 or requests != 1.0:
         sc = sc.scaled(providers=providers, requests=requests)
     policies = [p.strip() for p in compare.split(",") if p.strip()]
@@ -107,8 +124,18 @@ def sim(
                 raise typer.Exit(1 if bad else 0)
             data = run_compare(sc, policies, opts, out, progress=factory, solving=solving)
         except ValueError as exc:
-            console.print(f"[red]{exc}[/]")
+            console.print(f"[red]{escape(str(exc))}[/]")
             raise typer.Exit(2) from None
+        except LiveRefused as exc:
+            # strato-live: the zone at --url answered, and refused.
+            r = exc.response
+            console.print(f"[red]strato-live: {r.request.method} {r.request.url.path} at {url} "
+                          f"refused[/]: {hints.http_error(r)}", soft_wrap=True)
+            raise typer.Exit(1) from None
+        except httpx.HTTPError as exc:
+            console.print(f"[red]strato-live: {hints.unreachable(url, exc)}[/]",
+                          soft_wrap=True)
+            raise typer.Exit(3) from None
     _print(data)
     if out is not None:
         console.print(f"report: {out / 'report.md'}")

@@ -24,6 +24,14 @@ from strato.sim.workload import SimRequest
 MICROVERSION = "placement 1.39"
 
 
+class LiveRefused(RuntimeError):
+    """The live zone answered a call with an error (a wrong token, a name taken)."""
+
+    def __init__(self, r: httpx.Response) -> None:
+        super().__init__(f"{r.request.method} {r.request.url}: {r.status_code} {r.text}")
+        self.response = r
+
+
 class LiveTarget:
     def __init__(self, url: str, hosts: Sequence[HostSpec], *, token: str = "admin",
                  register: bool = True, name: str = "strato-live",
@@ -38,7 +46,7 @@ class LiveTarget:
 
     def _ok(self, r: httpx.Response) -> Any:
         if r.status_code >= 400:
-            raise RuntimeError(f"{r.request.method} {r.request.url}: {r.status_code} {r.text}")
+            raise LiveRefused(r)
         return r.json() if r.content else None
 
     def _register(self, h: HostSpec) -> None:

@@ -181,7 +181,12 @@ def load(path: str | Path) -> Scenario:
         data = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{p}: {exc}") from None
-    return parse(data, default_name=p.stem)
+    try:
+        return parse(data, default_name=p.stem)
+    except KeyError as exc:
+        # A setting the format needs, missing (or misspelt: unknown keys are ignored).
+        raise ScenarioError(f"{p}: a required setting is missing: {exc} (see "
+                            "docs/simulator.md and scenarios/small.toml)") from None
 
 
 def parse(data: Mapping[str, Any], default_name: str = "scenario") -> Scenario:

@@ -49,8 +49,8 @@ def test_a_bad_file_is_one_line_naming_the_setting(tmp_path: Path) -> None:
     f = tmp_path / "zone.toml"
     for text, why in [('zone = "a"\nchild_timout = 3\n',
                        "unknown setting 'child_timout' (did you mean 'child-timeout'?"),
-                      ('port = "eighty"\n', "port: an integer"),
-                      ('access-log = "yes"\n', "access-log: true or false"),
+                      ('port = "eighty"\n', "port: must be an integer, got 'eighty'"),
+                      ('access-log = "yes"\n', "access-log: must be true or false, got 'yes'"),
                       ('zone = "a\n', "not valid TOML")]:
         f.write_text(text)
         for args in (["serve", "--config", str(f)], ["config", "show", "--config", str(f)]):

@@ -37,3 +37,10 @@ def test_command_lists_are_not_cut_at_80_columns(group: tuple[str, ...]) -> None
     # does in full in `strato --help`.
     listed = _help(*group).split("Commands:", 1)[1]
     assert "..." not in listed, listed
+
+
+@pytest.mark.parametrize("command", [("serve",), ("schedule",), ("agent",), ("providers", "add"),
+                                     ("providers", "set"), ("children", "add")])
+def test_repeatable_options_say_what_they_take(command: tuple[str, ...]) -> None:
+    text = _help(*command)
+    assert "list[str]" not in text, text

@@ -77,8 +77,11 @@ def test_a_provider_from_the_command_line(tmp_path: Path) -> None:
                      ["add", "x", "--uuid", "nope"], ["set", "host-1", "-r", "VCPU=x"]):
             r = strato("providers", *args, *u)
             assert r.returncode == 2 and "invalid" in r.stderr, (args, r.stderr)
-        r = strato("providers", "add", "x", "-r", "VCPU=4", "--location", "a//b", *u)
+        r = strato("providers", "add", "x", "-r", "VCPU=4", "--trait", "HW_NO_SUCH_TRAIT", *u)
         assert r.returncode == 1 and "was not added" in r.stderr, r.stderr
+        # A bad location is refused before anything is sent.
+        r = strato("providers", "add", "x", "-r", "VCPU=4", "--location", "a//b", *u)
+        assert r.returncode == 2 and "invalid --location" in r.stderr, r.stderr
         # A refused set changes nothing, its name neither.
         for args in (["--remove-resource", "VCPU=4"], ["--remove-resource", "DISK_GB"],
                      ["--reserved", "DISK_GB=1"]):
@@ -151,3 +154,16 @@ def test_listing_an_unreachable_zone_is_exit_3() -> None:
         r = strato(*args)
         assert r.returncode == 3, (args, r.stdout, r.stderr)
         assert "could not be reached" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_bad_location_or_tag_is_refused_before_anything_is_sent() -> None:
+    # Exit 2, nothing sent (no zone listens there): not a provider made, then deleted.
+    url = f"http://127.0.0.1:{free_port()}"
+    for args, needle in ((("add", "h1", "-r", "VCPU=4", "--location", "dfw room1"),
+                          "invalid --location 'dfw room1'"),
+                         (("add", "h1", "-r", "VCPU=4", "--tag", "HIPAA"),
+                          "invalid --tag 'HIPAA'"),
+                         (("set", "h1", "--location", "dfw//r1"), "empty segment")):
+        r = strato("providers", *args, "--url", url)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert needle in r.stderr and "could not be reached" not in r.stderr, r.stderr

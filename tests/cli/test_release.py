@@ -45,6 +45,12 @@ def test_release(server: ServerProcess) -> None:
     assert result.exit_code == 2
     result = invoke("release", str(uuid.uuid4()), "--url", server.url, "--token", "wrong")
     assert result.exit_code == 2
+    assert "401" in result.output and "--auth-token there" in result.output, result.output
+    # Asked with the wrong token, `strato tree` says so (exit 1): the zone was reached.
+    result = invoke("tree", "--url", server.url, "--token", "wrong")
+    assert result.exit_code == 1, result.output
+    assert "HTTP 401" in result.output and "--token or STRATO_AUTH_TOKEN" in result.output
+    assert "could not be reached" not in result.output
     result = invoke("release", str(uuid.uuid4()), "--url",
                     f"http://127.0.0.1:{free_port()}", env=env)
     assert result.exit_code == 3

@@ -174,6 +174,9 @@ constraints:
     (Inputs(resources=["VCPU:1"], consumers=[str(uuid.uuid4())], count=2), "--count 2"),
     (Inputs(resources=["VCPU:1"], class_weight=["VCPU"]), "--class-weight 'VCPU'"),
     (Inputs(file=Path("/nonexistent/request.yaml")), "request.yaml"),
+    (Inputs(resources=["VCPU:1"], anti_affinity=["rack"]),
+     "--anti-affinity rack needs a server group: pass --group NAME"),
+    (Inputs(resources=["VCPU:1"], affinity=["host:soft"]), "--affinity GROUP@host"),
 ])
 def test_unreadable_inputs_are_refused(inputs: Inputs, needle: str) -> None:
     with pytest.raises(InputError, match=needle):
@@ -192,6 +195,13 @@ def test_invalid_inputs_exit_2_before_any_request(monkeypatch: pytest.MonkeyPatc
     bad.write_text("- just\n- a list\n")
     result = invoke("explain", "-f", str(bad))
     assert result.exit_code == 2 and "mapping" in result.output
+    # A body guessed from the flags' names: the file is named, and what it lacks.
+    guessed = tmp_path / "guessed.json"
+    guessed.write_text('{"resources": {"VCPU": 1}, "count": 2}')
+    result = invoke("schedule", "-f", str(guessed))
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert "guessed.json has no 'groups'" in out and "top-level keys: count, resources" in out
 
 
 # -- against the app ---------------------------------------------------------------
@@ -247,10 +257,11 @@ def test_no_valid_placement_prints_the_explanation_and_exits_1(
                     "--tag", "hipaa")
     assert result.exit_code == 1, result.output
     out = result.output
-    assert "no valid placement" in out
+    assert out.startswith("nothing fits: no valid placement for 1 consumer(s)"), out
     assert "explain: unsuffixed group, 4 providers" in out
     assert "tags hipaa" in out and "trait HW_CPU_X86_AVX2 missing" in out
-    assert "summary (zone" in out
+    # The first line holds the funnel's summary: it is not said twice.
+    assert "summary (zone" not in out
     # The funnel adds up: 3 without the tag, then the hipaa host lacks the trait.
     rows = {ln.split("│")[2].strip(): ln.split("│")[3].strip()
             for ln in out.splitlines() if ln.count("│") >= 4}
@@ -380,3 +391,15 @@ def test_a_zone_that_cannot_be_reached_exits_3_as_for_every_command() -> None:
         result = invoke(command, "-r", "VCPU:1", "--url", "http://127.0.0.1:1")
         assert result.exit_code == 3, (command, result.output)
         assert "could not be reached" in result.output, result.output
+
+
+def test_a_narrow_funnel_keeps_its_title_on_one_line() -> None:
+    from rich.console import Console
+
+    explain = {"groups": [{"suffix": None, "providers": 3, "remaining": 0,
+                           "removed": [{"stage": "constraint", "reason": "tags gpu",
+                                        "count": 3}]}]}
+    console = Console(width=200, record=True)
+    for t in sched.explain_tables(explain):
+        console.print(t)
+    assert "explain: unsuffixed group, 3 providers" in console.export_text()
