@@ -16,6 +16,30 @@ from strato.zone.transport import Transport, Unreachable
 log = logging.getLogger("strato.zone")
 
 
+def _detail(body: object) -> str:
+    """The parent's error detail (its code in brackets), or what it sent."""
+    try:
+        err = read_error(body)["errors"][0]
+    except (Faulty, IndexError, KeyError, TypeError):
+        return f"an answer that is not a Strato error: {str(body)[:200]}"
+    code = err.get("code")
+    detail = str(err.get("detail") or err.get("title") or "no detail")[:500]
+    return f"{detail} ({code})" if code else detail
+
+
+def _hint(status: int, name: str) -> str:
+    if status == 401:
+        return ("; send the parent's token with --parent-token (or STRATO_PARENT_TOKEN), "
+                "or its join token")
+    if status == 403:
+        return "; the token sent (--parent-token) may not register children there"
+    if status == 409:
+        return (f"; if zone {name} registered there is gone for good, remove it at the "
+                f"parent with `strato children remove {name}`, or start this zone "
+                "under another --zone name")
+    return ""
+
+
 def _is_loop(body: object) -> bool:
     try:
         return any(e.get("code") == errors.ZONE_LOOP for e in read_error(body)["errors"])
@@ -49,28 +73,36 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
         log.error("this zone cannot register with %s: %s", settings.parent_url, exc)
         return False
     delay = 0.2
+    failed = False
     while True:
         try:
             reply = await transport.call(settings.parent_url, "POST", "/strato/v1/children",
                                          token=settings.parent_token, json=body, timeout=5.0)
         except Unreachable as exc:
+            failed = True
             log.warning("parent %s unreachable (%s); retrying in %.1fs", settings.parent_url,
                         exc.why, delay)
         else:
             if reply.status in (200, 201):
-                log.info("registered with parent %s as %s", settings.parent_url,
-                         settings.zone_name)
+                # After a failure said at warning level, the recovery is too.
+                log.log(logging.WARNING if failed else logging.INFO,
+                        "registered with parent %s as %s", settings.parent_url,
+                        settings.zone_name)
                 return True
+            failed = True
             if reply.status == 409 and _is_loop(reply.body):
                 log.error("parent %s refused this zone: it is below this zone already (a "
                           "cycle); retrying in %.0fs, in case that was a summary from before "
-                          "a change: %s", settings.parent_url, max_delay, reply.body)
+                          "a change: %s", settings.parent_url, max_delay, _detail(reply.body))
                 delay = max_delay
             elif 400 <= reply.status < 500:
-                log.error("parent %s refused this zone: %s %s", settings.parent_url,
-                          reply.status, reply.body)
+                log.error("parent %s refused this zone (HTTP %s): %s%s; this zone serves "
+                          "alone until it is restarted", settings.parent_url, reply.status,
+                          _detail(reply.body), _hint(reply.status, settings.zone_name))
                 return False
             else:
-                log.warning("parent answered %s; retrying", reply.status)
+                log.warning("parent %s answered HTTP %s to the registration (%s; is it a "
+                            "Strato zone?); retrying in %.1fs", settings.parent_url,
+                            reply.status, _detail(reply.body), delay)
         await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
         delay = min(max_delay, delay * 2)

@@ -50,3 +50,26 @@ def test_other_refusals_are_final() -> None:
     parent = Answers(Reply(403, {"errors": [{"status": 403, "title": "Forbidden",
                                              "detail": "no"}]}))
     assert _register(parent) is False and parent.calls == 1
+
+
+def test_what_the_operator_reads(caplog: Any) -> None:
+    """The parent's detail and a hint, not a raw dict; a parent that is no
+    Strato zone is said as such; the recovery after a failure is a warning,
+    as the failure was (seen at the default log level)."""
+    caplog.set_level("INFO", logger="strato.zone")
+    assert _register(Answers(Reply(409, DUPLICATE))) is False
+    said = caplog.text
+    assert "a live zone has this name (placement.duplicate_name)" in said
+    assert "strato children remove dfw" in said and "{'errors'" not in said
+    caplog.clear()
+    assert _register(Answers(Reply(401, {"errors": [{"status": 401, "title": "Unauthorized",
+                                                     "detail": "bad token"}]}))) is False
+    assert "--parent-token" in caplog.text
+    caplog.clear()
+    assert _register(Answers(Reply(501, "<html>Unsupported method</html>"),
+                             Reply(201, {}))) is True
+    records = [r for r in caplog.records if r.name == "strato.zone"]
+    assert "is it a Strato zone?" in records[0].getMessage()
+    assert "http://parent:1" in records[0].getMessage()
+    assert records[-1].levelname == "WARNING"
+    assert "registered with parent" in records[-1].getMessage()
