@@ -112,6 +112,16 @@ def _auth_strategy(settings: Settings) -> AuthStrategy:
     return TokenAuth(settings.auth_token) if settings.auth_token else NoAuth()
 
 
+def _worded(e: Any) -> str:
+    """One request validation error; a body that is no JSON document says where
+    and why (FastAPI's own words are `body.40: JSON decode error`)."""
+    loc = tuple(e.get("loc", ()))
+    if e.get("type") == "json_invalid" and len(loc) == 2 and isinstance(loc[1], int):
+        why = (e.get("ctx") or {}).get("error") or "not JSON"
+        return f"Malformed JSON: {why} (at character {loc[1]} of the body)"
+    return f"{'.'.join(str(p) for p in loc)}: {e.get('msg')}"
+
+
 def create_app(settings: Settings, *, db: Database | None = None,
                auth: AuthStrategy | None = None, migrate: bool = True,
                transport: Transport | None = None) -> FastAPI:
@@ -222,8 +232,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         errs = exc.errors()
-        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                 for e in errs[:MAX_DESCRIBED]]
+        parts = [_worded(e) for e in errs[:MAX_DESCRIBED]]
         return error_response(400, "Bad Request",
                               "; ".join(parts) + more_errors(len(errs), len(parts)), errors.DEFAULT,
                               _rid(request))

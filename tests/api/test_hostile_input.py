@@ -572,3 +572,13 @@ def test_a_number_past_the_largest_float_is_refused(client: TestClient, path: st
     r = client.post(path, content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     assert "is past the largest number (numbers are finite)" in r.json()["errors"][0]["detail"]
+
+
+@pytest.mark.parametrize("path", ["/strato/v1/schedule", "/strato/v1/explain"])
+def test_a_body_cut_short_says_where_and_why(client: TestClient, path: str) -> None:
+    """`body.40: JSON decode error` told nobody what was wrong."""
+    body = b'{"groups": [{"resources": {"VCPU": 1}}],'
+    r = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    detail = r.json()["errors"][0]["detail"]
+    assert "JSON" in detail and "character" in detail and "body.40" not in detail, detail
