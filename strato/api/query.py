@@ -60,26 +60,26 @@ def parse_resources(value: str, param: str = "resources") -> tuple[tuple[str, in
     form = "Badly formed resources parameter. Expected resources query string parameter in " \
         "form: ?resources=VCPU:2,MEMORY_MB:1024. Got: "
     if not value.strip():
-        raise errors.BadRequest(f"{form}empty string.", errors.QUERYPARAM_BAD_VALUE)
+        raise errors.BadRequest(f"{form}empty string.")
     out: dict[str, int] = {}
     for item in value.split(","):
         parts = item.split(":")
         if len(parts) != 2 or not parts[0].strip():
-            raise errors.BadRequest(f"{form}{item}.", errors.QUERYPARAM_BAD_VALUE)
+            raise errors.BadRequest(f"{form}{item}.")
         rc, amount = parts[0].strip(), parts[1]
         try:
             n = int(amount)
         except ValueError:
             raise errors.BadRequest(
                 f"Requested resource {rc} expected positive integer amount. Got: {amount}.",
-                errors.QUERYPARAM_BAD_VALUE) from None
+               ) from None
         if n < 1:
             raise errors.BadRequest(f"Requested resource {rc} requires amount >= 1. Got: {n}.",
-                                    errors.QUERYPARAM_BAD_VALUE)
+                                   )
         if n > MAX_AMOUNT:
             raise errors.BadRequest(
                 f"Invalid query string parameters: {param}: requested amount of {rc} is "
-                f"larger than {MAX_AMOUNT}. Got: {n}.", errors.QUERYPARAM_BAD_VALUE)
+                f"larger than {MAX_AMOUNT}. Got: {n}.")
         out[rc] = n
     return tuple(out.items())
 
@@ -98,18 +98,18 @@ def parse_required(values: list[str], version: Version, param: str = "required",
                 raise errors.BadRequest(
                     "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,"
                     f"CUSTOM_MAGIC' only supported since microversion 1.39. Got: {value}",
-                    errors.QUERYPARAM_BAD_VALUE)
+                   )
             names = tuple(dict.fromkeys(n.strip() for n in value[3:].split(",")))
             if not all(names):
                 raise errors.BadRequest(
                     "Invalid query string parameters: Expected 'required' parameter value "
                     f"of the form: in:HW_CPU_X86_VMX,CUSTOM_MAGIC. Got an empty trait in: "
-                    f"{value}", errors.QUERYPARAM_BAD_VALUE)
+                    f"{value}")
             if any(n.startswith("!") for n in names):
                 raise errors.BadRequest(
                     "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,"
                     f"CUSTOM_MAGIC' does not support forbidden traits. Got: {value}",
-                    errors.QUERYPARAM_BAD_VALUE)
+                   )
             required.append(names)
             continue
         names = tuple(n.strip() for n in value.split(","))
@@ -120,12 +120,12 @@ def parse_required(values: list[str], version: Version, param: str = "required",
             raise errors.BadRequest(
                 "Invalid query string parameters: Expected 'required' parameter value of "
                 f"the form: {form}. Got an empty trait in: {value}",
-                errors.QUERYPARAM_BAD_VALUE)
+               )
         if banned and version < V1_22:
             raise errors.BadRequest(
                 "Invalid query string parameters: Expected 'required' parameter value of "
                 f"the form: HW_CPU_X86_VMX,CUSTOM_MAGIC. Got: {value}",
-                errors.QUERYPARAM_BAD_VALUE)
+               )
         required.extend((n,) for n in names if not n.startswith("!"))
         forbidden.extend(banned)
     return tuple(dict.fromkeys(required)), tuple(dict.fromkeys(forbidden))
@@ -145,7 +145,7 @@ def parse_member_of(values: list[str], version: Version, param: str = "member_of
     Placement's util does (its messages name `member_of` whatever the group suffix)."""
     if version < V1_24 and len(values) > 1:
         raise errors.BadRequest(f"Multiple {param} parameters are not supported in the "
-                                "specified microversion", errors.QUERYPARAM_BAD_VALUE)
+                                "specified microversion")
     required: list[tuple[str, ...]] = []
     forbidden: list[str] = []
     for value in values:
@@ -153,7 +153,7 @@ def parse_member_of(values: list[str], version: Version, param: str = "member_of
             raise errors.BadRequest(
                 "Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' "
                 f"keyword using the valid microversion. Got: {value}",
-                errors.QUERYPARAM_BAD_VALUE)
+               )
         negative = value.startswith("!")
         body = value[1:] if negative else value
         uuids = body[3:].split(",") if body.startswith("in:") else [body]
@@ -161,12 +161,12 @@ def parse_member_of(values: list[str], version: Version, param: str = "member_of
             if not is_uuid(u):
                 raise errors.BadRequest(
                     "Invalid query string parameters: Expected 'member_of' parameter to "
-                    f"contain valid UUID(s). Got: {u}", errors.QUERYPARAM_BAD_VALUE)
+                    f"contain valid UUID(s). Got: {u}")
         if negative:
             if version < V1_32:
                 raise errors.BadRequest(
                     f"Forbidden {param} parameters are not supported in the specified "
-                    "microversion", errors.QUERYPARAM_BAD_VALUE)
+                    "microversion")
             forbidden.extend(uuids)
         else:
             required.append(tuple(dict.fromkeys(uuids)))

@@ -151,8 +151,7 @@ def provider_traits(conn: Connection, uuid: str) -> ProviderTraits:
 def _provider(conn: Connection, uuid: str) -> providers.Provider:
     p = providers.get_provider_or_none(conn, uuid)
     if p is None:
-        raise errors.NotFound(f"No resource provider with uuid {uuid} found",
-                              errors.RESOURCE_PROVIDER_NOT_FOUND)
+        raise errors.NotFound(f"No resource provider with uuid {uuid} found")
     return p
 
 

@@ -157,7 +157,7 @@ def test_unknown_provider_is_404(client: TestClient) -> None:
     for r in (client.get(_url(rp)), _put(client, rp, [AGG1], 0),
               _put(client, rp, ["bad"], 0), client.put(_url(rp), json=[AGG1], headers=_v(18))):
         assert r.status_code == 404, r.text
-        assert _code(r) == "placement.resource_provider.not_found"
+        assert _code(r) == "placement.undefined_code"
 
 
 def test_cache_headers_from_1_15(client: TestClient) -> None:

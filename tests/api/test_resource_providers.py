@@ -24,7 +24,7 @@ def test_create_show_update_delete(any_client: TestClient) -> None:
     assert any_client.delete(f"/resource_providers/{rp['uuid']}").status_code == 204
     r = any_client.get(f"/resource_providers/{rp['uuid']}")
     assert r.status_code == 404
-    assert r.json()["errors"][0]["code"] == "placement.resource_provider.not_found"
+    assert r.json()["errors"][0]["code"] == "placement.undefined_code"
 
 
 def test_old_microversion_create_is_201_without_body(client: TestClient) -> None:

@@ -301,7 +301,7 @@ def test_unknown_provider_is_404(any_client: TestClient) -> None:
         r = any_client.get(f"/resource_providers/{rp}/traits")
         assert r.status_code == 404
         assert f"No resource provider with uuid {rp} found" in _detail(r)
-        assert r.json()["errors"][0]["code"] == "placement.resource_provider.not_found"
+        assert r.json()["errors"][0]["code"] == "placement.undefined_code"
         r = _set(any_client, rp, ["HW_CPU_X86_SSE"], 0)
         assert r.status_code == 404
         assert any_client.delete(f"/resource_providers/{rp}/traits").status_code == 404

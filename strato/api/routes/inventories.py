@@ -102,8 +102,7 @@ def provider_or_404(conn: Connection, uuid: str) -> providers.Provider:
     (A NUL byte, say, would otherwise make PostgreSQL fail with a 500.)
     """
     if not query.is_uuid(uuid):
-        raise errors.NotFound(f"No resource provider with uuid {uuid!r} found",
-                              errors.RESOURCE_PROVIDER_NOT_FOUND)
+        raise errors.NotFound(f"No resource provider with uuid {uuid!r} found")
     return providers.get_provider(conn, uuid)
 
 

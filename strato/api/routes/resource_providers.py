@@ -194,7 +194,7 @@ def list_resource_providers(request: Request) -> Response:
             except errors.BadRequest as exc:
                 raise errors.BadRequest(
                     "Invalid resource class in resources parameter: "
-                    + exc.detail.split(": ", 1)[-1], errors.QUERYPARAM_BAD_VALUE) from None
+                    + exc.detail.split(": ", 1)[-1]) from None
         traits.ids_by_name(conn, {t for g in required for t in g} | set(forbidden))
         found = store.list_providers(conn, filters)
     last = max((p.updated_at for p in found if p.updated_at), default=None)

@@ -1,0 +1,53 @@
+"""What the differential check against real Placement 16.0.0 found
+(tests/conformance/diff.py), each pinned here as Placement answers it."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from fastapi.testclient import TestClient
+
+
+def _code(r: object) -> str:
+    return r.json()["errors"][0]["code"]  # type: ignore[attr-defined, no-any-return]
+
+
+@pytest.mark.parametrize("path", [
+    "/resource_providers/{missing}",
+    "/resource_providers/not-a-uuid",
+    "/resource_providers/{missing}/inventories",
+    "/resource_providers/{missing}/traits",
+    "/resource_providers/{missing}/aggregates",
+    "/allocation_candidates?resources=VCPU:1&resources1=VCPU:1&resources2=VCPU:1"
+    "&group_policy=bogus",
+    "/allocation_candidates?resources1=VCPU:1&resources2=VCPU:1",
+    "/allocation_candidates?resources=VCPU:1&in_tree=abc",
+    "/allocation_candidates?resources=VCPU:1&root_required=CUSTOM_NOPE",
+    "/allocation_candidates?resources=VCPU:1&limit=0",
+    "/resource_providers?member_of=in:abc",
+])
+def test_errors_placement_sends_without_a_code(client: TestClient, path: str) -> None:
+    """Placement's specific codes name a few conditions only; everywhere else,
+    as here, its code is undefined_code."""
+    r = client.get(path.format(missing=uuid.uuid4()))
+    assert r.status_code in (400, 404), r.text
+    assert _code(r) == "placement.undefined_code", r.text
+
+
+def test_an_orphaned_required_has_no_code_before_1_36(client: TestClient) -> None:
+    r = client.get("/allocation_candidates?resources=VCPU:1&required1=CUSTOM_FOO",
+                   headers={"openstack-api-version": "placement 1.25"})
+    assert r.status_code == 400 and _code(r) == "placement.undefined_code", r.text
+
+
+def test_a_duplicate_resource_class_has_no_code(client: TestClient) -> None:
+    assert client.post("/resource_classes", json={"name": "CUSTOM_X"}).status_code == 201
+    r = client.post("/resource_classes", json={"name": "CUSTOM_X"})
+    assert r.status_code == 409 and _code(r) == "placement.undefined_code"
+
+
+def test_a_duplicate_provider_name_keeps_its_code(client: TestClient) -> None:
+    client.post("/resource_providers", json={"name": "cn"})
+    r = client.post("/resource_providers", json={"name": "cn"})
+    assert r.status_code == 409 and _code(r) == "placement.duplicate_name"
