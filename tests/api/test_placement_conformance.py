@@ -13,6 +13,19 @@ def _code(r: object) -> str:
     return r.json()["errors"][0]["code"]  # type: ignore[attr-defined, no-any-return]
 
 
+def test_setting_the_same_traits_keeps_the_generation(any_client: TestClient) -> None:
+    u = any_client.post("/resource_providers", json={"name": "cn"}).json()["uuid"]
+    assert any_client.delete(f"/resource_providers/{u}/traits").status_code == 204
+    assert any_client.get(f"/resource_providers/{u}").json()["generation"] == 0
+    body = {"resource_provider_generation": 0, "traits": ["HW_CPU_X86_AVX2"]}
+    r = any_client.put(f"/resource_providers/{u}/traits", json=body)
+    assert r.json()["resource_provider_generation"] == 1
+    body["resource_provider_generation"] = 1
+    r = any_client.put(f"/resource_providers/{u}/traits", json=body)
+    assert r.status_code == 200 and r.json()["resource_provider_generation"] == 1
+    assert any_client.get(f"/resource_providers/{u}").json()["generation"] == 1
+
+
 @pytest.mark.parametrize("path", [
     "/resource_providers/{missing}",
     "/resource_providers/not-a-uuid",
