@@ -43,6 +43,20 @@ def is_uuid(value: str) -> bool:
     return True
 
 
+def is_uuid_like(value: object) -> bool:
+    """oslo's is_uuid_like, Placement's JSON 'uuid' format: any spelling Python's
+    UUID reads ("{...}", "urn:uuid:...", upper case, no dashes) that holds
+    nothing else."""
+    if not isinstance(value, str):
+        return False
+    try:
+        canonical = str(uuidlib.UUID(value)).replace("-", "")
+    except ValueError:
+        return False
+    bare = value.replace("urn:", "").replace("uuid:", "").strip("{}").replace("-", "")
+    return canonical == bare.lower()
+
+
 # The largest amount a query may ask: what a database integer holds.
 MAX_AMOUNT = 2**63 - 1
 

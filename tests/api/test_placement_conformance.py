@@ -13,6 +13,28 @@ def _code(r: object) -> str:
     return r.json()["errors"][0]["code"]  # type: ignore[attr-defined, no-any-return]
 
 
+def test_an_empty_provider_name_is_refused(client: TestClient) -> None:
+    r = client.post("/resource_providers", json={"name": ""})
+    assert r.status_code == 400, r.text
+    assert "name is required" in r.json()["errors"][0]["detail"]
+    assert client.get("/resource_providers").json()["resource_providers"] == []
+
+
+@pytest.mark.parametrize("spelling", ["{%s}", "urn:uuid:%s", "%s"])
+def test_provider_uuid_in_any_spelling_oslo_accepts(client: TestClient, spelling: str) -> None:
+    u = str(uuid.uuid4())
+    r = client.post("/resource_providers", json={"name": "odd", "uuid": spelling % u})
+    assert r.status_code == 200, r.text
+    assert r.json()["uuid"] == u
+    assert client.get(f"/resource_providers/{u}").status_code == 200
+
+
+@pytest.mark.parametrize("bad", ["{abc}", "urn:uuid:nope", "x" + str(uuid.UUID(int=1))])
+def test_provider_uuid_not_a_uuid(client: TestClient, bad: str) -> None:
+    r = client.post("/resource_providers", json={"name": "odd", "uuid": bad})
+    assert r.status_code == 400, r.text
+
+
 def test_setting_the_same_traits_keeps_the_generation(any_client: TestClient) -> None:
     u = any_client.post("/resource_providers", json={"name": "cn"}).json()["uuid"]
     assert any_client.delete(f"/resource_providers/{u}/traits").status_code == 204
