@@ -48,6 +48,20 @@ def test_setting_the_same_traits_keeps_the_generation(any_client: TestClient) ->
     assert any_client.get(f"/resource_providers/{u}").json()["generation"] == 1
 
 
+def test_an_empty_inventory_set_has_no_last_modified(client: TestClient) -> None:
+    u = client.post("/resource_providers", json={"name": "cn"}).json()["uuid"]
+    r = client.get(f"/resource_providers/{u}/inventories")
+    assert r.headers["cache-control"] == "no-cache" and "last-modified" not in r.headers
+    r = client.put(f"/resource_providers/{u}/inventories",
+                   json={"resource_provider_generation": 0, "inventories": {}})
+    assert r.status_code == 200 and "last-modified" not in r.headers
+    r = client.put(f"/resource_providers/{u}/inventories",
+                   json={"resource_provider_generation": 1,
+                         "inventories": {"VCPU": {"total": 1}}})
+    assert "last-modified" in r.headers
+    assert "last-modified" in client.get(f"/resource_providers/{u}/inventories").headers
+
+
 @pytest.mark.parametrize("path", [
     "/resource_providers/{missing}",
     "/resource_providers/not-a-uuid",
