@@ -13,7 +13,7 @@ import base64
 import logging
 import uuid
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -142,11 +142,14 @@ class StratoMiddleware:
                 # off the event loop.
                 scope[CONTEXT_KEY] = (await slow(headers) if slow is not None
                                       else self.auth.authenticate(headers))
+            undecodable = undecodable_query(scope.get("query_string", b""))
+            if undecodable is not None:
+                raise errors.BadRequest(f"Invalid query string parameters: {undecodable}")
             nul = nul_parameter(scope.get("query_string", b""))
             if nul is not None:
                 raise errors.BadRequest(
                     f"Invalid query string parameters: {nul!r} holds a NUL character, "
-                    "which no stored text does", errors.QUERYPARAM_BAD_VALUE)
+                    "which no stored text does")
             length = headers.get("content-length")
             if length is not None and not length.strip().isdigit():
                 raise errors.BadRequest("content-length header must be an integer")
@@ -200,6 +203,19 @@ class StratoMiddleware:
             return message
 
         return wrapped
+
+
+def undecodable_query(query: bytes) -> str | None:
+    """Why the query string, once %-decoded, is not UTF-8, or None. Placement
+    (webob) answers such a query with a 400; decoded with replacement
+    characters it would be a lookup of a name no one sent."""
+    if b"%" not in query and query.isascii():
+        return None
+    try:
+        unquote_to_bytes(query.replace(b"+", b" ")).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return str(exc)
+    return None
 
 
 def nul_parameter(query: bytes) -> str | None:

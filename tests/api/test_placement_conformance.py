@@ -62,6 +62,13 @@ def test_an_empty_inventory_set_has_no_last_modified(client: TestClient) -> None
     assert "last-modified" in client.get(f"/resource_providers/{u}/inventories").headers
 
 
+def test_a_query_that_is_not_utf8_is_refused(client: TestClient) -> None:
+    r = client.get("/resource_providers?name=%ff")
+    assert r.status_code == 400
+    assert "utf-8" in r.json()["errors"][0]["detail"]
+    assert client.get("/resource_providers?name=%C3%A9").status_code == 200
+
+
 @pytest.mark.parametrize("path", [
     "/resource_providers/{missing}",
     "/resource_providers/not-a-uuid",
