@@ -107,3 +107,32 @@ def test_a_duplicate_provider_name_keeps_its_code(client: TestClient) -> None:
     client.post("/resource_providers", json={"name": "cn"})
     r = client.post("/resource_providers", json={"name": "cn"})
     assert r.status_code == 409 and _code(r) == "placement.duplicate_name"
+
+
+def _put_allocs(c: TestClient, consumer: str, rp: str, vcpu: int, gen: int | None) -> int:
+    r = c.put(f"/allocations/{consumer}", json={
+        "allocations": {rp: {"resources": {"VCPU": vcpu}}}, "project_id": "p",
+        "user_id": "u", "consumer_generation": gen, "consumer_type": "INSTANCE"})
+    return r.status_code
+
+
+def test_over_capacity_a_write_that_makes_it_no_worse_goes_through(
+        any_client: TestClient) -> None:
+    """Placement: once an inventory shrank below its usage, a write on it may
+    keep or lower the usage (a resize down, a move off), never raise it."""
+    c = any_client
+    rp = c.post("/resource_providers", json={"name": "cn"}).json()["uuid"]
+    c.put(f"/resource_providers/{rp}/inventories",
+          json={"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 4}}})
+    a, b, new = (str(uuid.uuid4()) for _ in range(3))
+    assert _put_allocs(c, a, rp, 2, None) == 204
+    assert _put_allocs(c, b, rp, 2, None) == 204
+    gen = c.get(f"/resource_providers/{rp}").json()["generation"]
+    r = c.put(f"/resource_providers/{rp}/inventories",
+              json={"resource_provider_generation": gen, "inventories": {"VCPU": {"total": 2}}})
+    assert r.status_code == 200, r.text
+    assert _put_allocs(c, a, rp, 2, 1) == 204       # the same: no worse
+    assert _put_allocs(c, a, rp, 1, 2) == 204       # lower
+    assert _put_allocs(c, a, rp, 2, 3) == 409       # higher than it was (3)
+    assert _put_allocs(c, new, rp, 1, None) == 409  # a newcomer on a full provider
+    assert c.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 3}
