@@ -136,3 +136,11 @@ def test_over_capacity_a_write_that_makes_it_no_worse_goes_through(
     assert _put_allocs(c, a, rp, 2, 3) == 409       # higher than it was (3)
     assert _put_allocs(c, new, rp, 1, None) == 409  # a newcomer on a full provider
     assert c.get(f"/resource_providers/{rp}/usages").json()["usages"] == {"VCPU": 3}
+
+
+def test_the_legacy_microversion_header_is_not_read(client: TestClient) -> None:
+    """Placement reads OpenStack-API-Version only (microversion-parse without
+    legacy headers): X-OpenStack-Placement-API-Version alone means 1.0."""
+    del client.headers["openstack-api-version"]
+    r = client.get("/", headers={"x-openstack-placement-api-version": "1.14"})
+    assert r.headers["openstack-api-version"] == "placement 1.0"
