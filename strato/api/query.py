@@ -85,11 +85,10 @@ def parse_resources(value: str, param: str = "resources") -> tuple[tuple[str, in
             n = int(amount)
         except ValueError:
             raise errors.BadRequest(
-                f"Requested resource {rc} expected positive integer amount. Got: {amount}.",
-               ) from None
+                f"Requested resource {rc} expected positive integer amount. Got: {amount}."
+            ) from None
         if n < 1:
-            raise errors.BadRequest(f"Requested resource {rc} requires amount >= 1. Got: {n}.",
-                                   )
+            raise errors.BadRequest(f"Requested resource {rc} requires amount >= 1. Got: {n}.")
         if n > MAX_AMOUNT:
             raise errors.BadRequest(
                 f"Invalid query string parameters: {param}: requested amount of {rc} is "
@@ -111,8 +110,7 @@ def parse_required(values: list[str], version: Version, param: str = "required",
             if version < V1_39 or not any_of:
                 raise errors.BadRequest(
                     "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,"
-                    f"CUSTOM_MAGIC' only supported since microversion 1.39. Got: {value}",
-                   )
+                    f"CUSTOM_MAGIC' only supported since microversion 1.39. Got: {value}")
             names = tuple(dict.fromkeys(n.strip() for n in value[3:].split(",")))
             if not all(names):
                 raise errors.BadRequest(
@@ -122,8 +120,7 @@ def parse_required(values: list[str], version: Version, param: str = "required",
             if any(n.startswith("!") for n in names):
                 raise errors.BadRequest(
                     "Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,"
-                    f"CUSTOM_MAGIC' does not support forbidden traits. Got: {value}",
-                   )
+                    f"CUSTOM_MAGIC' does not support forbidden traits. Got: {value}")
             required.append(names)
             continue
         names = tuple(n.strip() for n in value.split(","))
@@ -133,13 +130,11 @@ def parse_required(values: list[str], version: Version, param: str = "required",
                     else "HW_CPU_X86_VMX,CUSTOM_MAGIC")
             raise errors.BadRequest(
                 "Invalid query string parameters: Expected 'required' parameter value of "
-                f"the form: {form}. Got an empty trait in: {value}",
-               )
+                f"the form: {form}. Got an empty trait in: {value}")
         if banned and version < V1_22:
             raise errors.BadRequest(
                 "Invalid query string parameters: Expected 'required' parameter value of "
-                f"the form: HW_CPU_X86_VMX,CUSTOM_MAGIC. Got: {value}",
-               )
+                f"the form: HW_CPU_X86_VMX,CUSTOM_MAGIC. Got: {value}")
         required.extend((n,) for n in names if not n.startswith("!"))
         forbidden.extend(banned)
     return tuple(dict.fromkeys(required)), tuple(dict.fromkeys(forbidden))
@@ -166,8 +161,7 @@ def parse_member_of(values: list[str], version: Version, param: str = "member_of
         if "," in value and not value.startswith(("in:", "!in:")):
             raise errors.BadRequest(
                 "Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' "
-                f"keyword using the valid microversion. Got: {value}",
-               )
+                f"keyword using the valid microversion. Got: {value}")
         negative = value.startswith("!")
         body = value[1:] if negative else value
         uuids = body[3:].split(",") if body.startswith("in:") else [body]

@@ -173,8 +173,7 @@ def _answer(request: Request, parsed: CandidateRequest, v: Version) -> Response:
             "Invalid resource class in resources parameter: No such resource class "
             f"{', '.join(bad_rcs)}.")
     if bad_traits:
-        raise errors.BadRequest(f"No such trait(s): {', '.join(bad_traits)}",
-                               )
+        raise errors.BadRequest(f"No such trait(s): {', '.join(bad_traits)}")
     result = engine.query(parsed, exclude=stale_providers(request) or ())
     headers = cache_headers(None) if v >= V1_15 else None
     body = serialize(result, parsed, v)
@@ -365,12 +364,10 @@ def _check_resourceless(groups: list[RequestGroup],
             "All member_of parameters must be associated with resources. Found the following "
             f"orphaned member_of keys: {', '.join(orphans)}")
     if resourceless:
-        raise errors.BadRequest("All request groups must specify resources.",
-                               )
+        raise errors.BadRequest("All request groups must specify resources.")
     if not groups:
         raise errors.BadRequest(
-            "At least one request group (`resources` or `resources{$S}`) is required.",
-           )
+            "At least one request group (`resources` or `resources{$S}`) is required.")
 
 
 def _check_group_policy(values: list[str]) -> list[str]:
