@@ -80,7 +80,9 @@ def parse_resources(value: str, param: str = "resources") -> tuple[tuple[str, in
         parts = item.split(":")
         if len(parts) != 2 or not parts[0].strip():
             raise errors.BadRequest(f"{form}{item}.")
-        rc, amount = parts[0].strip(), parts[1]
+        # The class as written, spaces and all (Placement's util does not strip
+        # it: " VCPU" is an unknown class); int() takes spaces round the amount.
+        rc, amount = parts[0], parts[1]
         try:
             n = int(amount)
         except ValueError:

@@ -144,3 +144,16 @@ def test_the_legacy_microversion_header_is_not_read(client: TestClient) -> None:
     del client.headers["openstack-api-version"]
     r = client.get("/", headers={"x-openstack-placement-api-version": "1.14"})
     assert r.headers["openstack-api-version"] == "placement 1.0"
+
+
+@pytest.mark.parametrize("path", ["/allocation_candidates?resources=%20VCPU:1",
+                                  "/resource_providers?resources=VCPU%20:1"])
+def test_a_resource_class_with_spaces_is_unknown(client: TestClient, path: str) -> None:
+    """Placement takes the class as written (int() forgives spaces round the
+    amount, nothing forgives them round the class)."""
+    u = client.post("/resource_providers", json={"name": "cn"}).json()["uuid"]
+    client.put(f"/resource_providers/{u}/inventories",
+               json={"resource_provider_generation": 0, "inventories": {"VCPU": {"total": 4}}})
+    r = client.get(path)
+    assert r.status_code == 400, r.text
+    assert client.get("/allocation_candidates?resources=VCPU:%201%20").status_code == 200
