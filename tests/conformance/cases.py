@@ -680,9 +680,82 @@ def bad_input() -> Iterator[Case]:
                    b'{"VCPU": {"total": 1, "allocation_ratio": NaN}}}',
                headers={"Content-Type": "application/json"})
     yield Case("name-unicode", "POST", rp, LATEST, {"name": "n\u00e9\u2603"})
-    yield Case("name-nul", "POST", rp, LATEST, {"name": "a\u0000b"})
+    yield Case("name-nul", "POST", rp, LATEST, {"name": "a\u0000b", "uuid": u("nul")})
+    yield Case("name-nul-delete", "DELETE", f"{rp}/{u('nul')}", LATEST)
     yield Case("query-bad-utf8", "GET", f"{rp}?name=%ff", LATEST)
     yield Case("path-uuid-encoded", "GET", f"{rp}/{CN1}%2F", LATEST)
+
+
+def http_edges() -> Iterator[Case]:
+    """Methods, paths and headers around the resources."""
+    rp = "/resource_providers"
+    yield Case("trailing-slash", "GET", f"{rp}/", LATEST)
+    yield Case("head-rps", "HEAD", rp, LATEST)
+    yield Case("options-rps", "OPTIONS", rp, LATEST)
+    yield Case("put-collection", "PUT", rp, LATEST, {"name": "x"})
+    yield Case("delete-root", "DELETE", "/", LATEST)
+    yield Case("post-traits", "POST", "/traits", LATEST, {"name": "CUSTOM_X"})
+    yield Case("mv-two-services", "GET", rp, NO_HEADER,
+               headers={"OpenStack-API-Version": "compute 2.1, placement 1.14"})
+    yield Case("mv-legacy-header", "GET", rp, NO_HEADER,
+               headers={"X-OpenStack-Placement-API-Version": "1.14"})
+    yield Case("content-type-upper", "POST", rp, LATEST,
+               raw=b'{"name": "ctupper", "uuid": "%s"}' % u("ctupper").encode(),
+               headers={"Content-Type": "Application/JSON"})
+    yield Case("content-type-upper-delete", "DELETE", f"{rp}/{u('ctupper')}", LATEST)
+    yield Case("content-type-json-patch", "POST", rp, LATEST, raw=b'{"name": "ctpatch"}',
+               headers={"Content-Type": "application/json-patch+json"})
+    yield Case("accept-any", "GET", rp, LATEST, headers={"Accept": "*/*"})
+    yield Case("accept-xml", "GET", f"{rp}/{u('missing')}", LATEST,
+               headers={"Accept": "application/xml"})
+    yield Case("huge-amount-query", "GET", "/allocation_candidates?resources=VCPU:99999999999",
+               LATEST)
+    yield Case("huge-limit", "GET", "/allocation_candidates?resources=VCPU:1&limit=99999999999",
+               LATEST)
+    yield Case("huge-alloc", "PUT", f"/allocations/{u('huge')}", LATEST,
+               {"allocations": {CN3: {"resources": {"VCPU": 2 ** 31}}}, "project_id": PROJ,
+                "user_id": USER, "consumer_generation": None, "consumer_type": "INSTANCE"})
+    yield Case("rc-put@1.6-body", "PUT", "/resource_classes/CUSTOM_BRONZE", "1.6",
+               {"name": "CUSTOM_IRON"})
+    yield Case("rc-put@1.7-body", "PUT", "/resource_classes/CUSTOM_TIN", "1.7",
+               {"name": "CUSTOM_TIN"})
+    yield Case("rp-in_tree-child", "GET", f"{rp}?in_tree={NUMA1}", LATEST)
+    yield Case("rp-resources-nested", "GET", f"{rp}?resources=VCPU:1,MEMORY_MB:512", LATEST)
+    yield Case("ac-member_of-in-twice", "GET",
+               f"/allocation_candidates?resources=VCPU:1&member_of=in:{AGG1},{AGG2}"
+               f"&member_of={AGG1}", LATEST)
+    yield Case("ac-required-twice", "GET", "/allocation_candidates?resources=VCPU:1"
+               "&required=HW_CPU_X86_AVX2&required=!CUSTOM_FOO", LATEST)
+    yield Case("ac-required-twice@1.38", "GET", "/allocation_candidates?resources=VCPU:1"
+               "&required=HW_CPU_X86_AVX2&required=!CUSTOM_FOO", "1.38")
+    yield Case("ac-same_subtree-twice", "GET", "/allocation_candidates?resources_A=VCPU:1"
+               "&resources_B=MEMORY_MB:256&group_policy=none&same_subtree=_A&same_subtree=_B",
+               LATEST)
+    yield Case("ac-suffix-mixed", "GET", "/allocation_candidates?resources1=VCPU:1"
+               "&resources_1=VCPU:1&group_policy=none", LATEST)
+    yield Case("ac-spaces", "GET", "/allocation_candidates?resources=%20VCPU%20:%201", LATEST)
+    yield Case("ac-spaces-amount", "GET", "/allocation_candidates?resources=VCPU:%201%20",
+               LATEST)
+    yield Case("rp-resources-spaces", "GET", f"{rp}?resources=%20VCPU:1", LATEST)
+    yield Case("ac-group_policy-twice", "GET", "/allocation_candidates?resources1=VCPU:1"
+               "&resources2=VCPU:1&group_policy=none&group_policy=isolate", LATEST)
+    yield Case("usages-twice", "GET", f"/usages?project_id={PROJ}&project_id=other", LATEST)
+    yield Case("rp-name-twice", "GET", f"{rp}?name=cn1&name=cn2", LATEST)
+    yield Case("alloc-list-of-consumer-type", "PUT", f"/allocations/{u('ctype')}", LATEST,
+               {"allocations": {CN3: {"resources": {"VCPU": 1}}}, "project_id": PROJ,
+                "user_id": USER, "consumer_generation": None, "consumer_type": ["INSTANCE"]})
+    yield Case("alloc-post-consumer-type", "POST", "/allocations", LATEST,
+               {u("ctype2"): {"allocations": {CN3: {"resources": {"VCPU": 1}}},
+                              "project_id": PROJ, "user_id": USER,
+                              "consumer_generation": None, "consumer_type": "MIGRATION"}})
+    yield Case("usages-consumer-type-migration", "GET",
+               f"/usages?project_id={PROJ}&consumer_type=MIGRATION", LATEST)
+    yield Case("alloc-get-ctype2", "GET", f"/allocations/{u('ctype2')}", LATEST)
+    yield Case("rp-move-subtree@1.37", "PUT", f"{rp}/{NUMA1}", "1.37",
+               {"name": "numa1", "parent_provider_uuid": CN3})
+    yield Case("rp-move-subtree-back@1.37", "PUT", f"{rp}/{NUMA1}", "1.37",
+               {"name": "numa1", "parent_provider_uuid": CN1})
+    yield Case("rp-delete-parent-with-allocs", "DELETE", f"{rp}/{CN3}", LATEST)
 
 
 def final_state() -> Iterator[Case]:
@@ -700,7 +773,7 @@ def final_state() -> Iterator[Case]:
 
 SECTIONS = (root_and_versions, providers, provider_queries, inventories, resource_classes,
             traits, aggregates, allocations, usages, reshaper, candidates, bad_input,
-            final_state)
+            http_edges, final_state)
 
 
 def catalogue() -> list[Case]:

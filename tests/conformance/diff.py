@@ -77,7 +77,12 @@ ALLOWED: dict[str, str] = {
     "name-nul": (
         "Strato refuses a NUL in a name (PostgreSQL text cannot hold one, so Placement on "
         "PostgreSQL fails with a 500); Placement on SQLite stores it."),
-    "final-rps": "follows from name-nul (Placement holds that provider)",
+    "name-nul-delete": "follows from name-nul (only Placement has that provider to delete)",
+    "content-type-upper": (
+        "Placement bug: it compares the media type case-sensitively, so "
+        "'Application/JSON' is a 415; media types are case-insensitive (RFC 9110) and "
+        "Strato takes it."),
+    "content-type-upper-delete": "follows from content-type-upper (only Strato has it)",
 }
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
