@@ -756,6 +756,36 @@ def http_edges() -> Iterator[Case]:
     yield Case("rp-move-subtree-back@1.37", "PUT", f"{rp}/{NUMA1}", "1.37",
                {"name": "numa1", "parent_provider_uuid": CN1})
     yield Case("rp-delete-parent-with-allocs", "DELETE", f"{rp}/{CN3}", LATEST)
+    yield Case("trait-255", "PUT", "/traits/CUSTOM_" + "A" * 248, LATEST)
+    yield Case("trait-256", "PUT", "/traits/CUSTOM_" + "A" * 249, LATEST)
+    yield Case("trait-prefix-only", "PUT", "/traits/CUSTOM_", LATEST)
+    yield Case("rc-255", "PUT", "/resource_classes/CUSTOM_" + "A" * 248, LATEST)
+    yield Case("rc-256", "PUT", "/resource_classes/CUSTOM_" + "A" * 249, LATEST)
+    yield Case("rc-prefix-only", "PUT", "/resource_classes/CUSTOM_", LATEST)
+    yield Case("traits-in-empty", "GET", "/traits?name=in:", LATEST)
+    yield Case("traits-startswith-empty", "GET", "/traits?name=startswith:", LATEST)
+    yield Case("delete-rp-aggregates", "DELETE", f"{rp}/{CN1}/aggregates", LATEST)
+    yield Case("put-rp-allocations", "PUT", f"{rp}/{CN1}/allocations", LATEST, {})
+    yield Case("get-allocations", "GET", "/allocations", LATEST)
+    yield Case("post-usages", "POST", "/usages", LATEST, {})
+    yield Case("rp-create-null-parent", "POST", rp, "1.14",
+               {"name": "nullparent", "uuid": u("nullparent"), "parent_provider_uuid": None})
+    yield Case("rp-create-null-parent-delete", "DELETE", f"{rp}/{u('nullparent')}", LATEST)
+    mapped = {"allocations": {CN2: {"resources": {"VCPU": 1}}}, "project_id": PROJ,
+              "user_id": USER, "consumer_generation": None, "consumer_type": "INSTANCE",
+              "mappings": {"": [CN2]}}
+    yield Case("alloc-put-mappings@1.33", "PUT", f"/allocations/{u('mapped')}", "1.33",
+               {k: v for k, v in mapped.items() if k != "consumer_type"})
+    yield Case("alloc-put-mappings", "PUT", f"/allocations/{u('mapped')}", LATEST, mapped)
+    yield Case("alloc-post-mappings@1.34", "POST", "/allocations", "1.34",
+               {u("mapped2"): {k: v for k, v in mapped.items() if k != "consumer_type"}})
+    yield Case("alloc-post-mappings-bad", "POST", "/allocations", "1.34",
+               {u("mapped3"): {**{k: v for k, v in mapped.items() if k != "consumer_type"},
+                               "mappings": {"": "notalist"}}})
+    yield Case("rp-resources-in_tree", "GET", f"{rp}?resources=VCPU:1&in_tree={CN1}", LATEST)
+    yield Case("rp-required-in_tree", "GET", f"{rp}?required=!CUSTOM_FOO&in_tree={CN1}", LATEST)
+    yield Case("rp-member_of-multi@1.24", "GET",
+               f"{rp}?member_of=in:{AGG1},{AGG2}&member_of=!{AGG2}", "1.32")
 
 
 def final_state() -> Iterator[Case]:

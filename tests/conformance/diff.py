@@ -25,11 +25,14 @@ tests/conformance/README.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,21 +280,42 @@ def run(cases: list[Case], placement_url: str, strato_url: str
     return out, seen
 
 
+@contextlib.contextmanager
+def _strato_db(arg: str | None, tmp: Path) -> Iterator[str]:
+    """Strato's database: the URL given, a temporary SQLite file, or with
+    'postgresql' a fresh database on the local server, dropped afterwards."""
+    if arg != "postgresql":
+        yield arg or f"sqlite:///{tmp / 'strato.db'}"
+        return
+    import psycopg
+
+    server = os.environ.get("STRATO_PEER_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    name = f"strato_conf_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield "postgresql+psycopg://" + server.split("://", 1)[1].rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(server, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="run the cases whose name starts with this "
                     "(their setup cases are then missing: expect noise)")
     ap.add_argument("--verbose", "-v", action="store_true", help="print every case")
     ap.add_argument("--json", help="write every divergence to this file")
-    ap.add_argument("--strato-db", help="Strato's database URL (default: a temporary SQLite)")
+    ap.add_argument("--strato-db", help="Strato's database URL, or 'postgresql' for a "
+                    "temporary database on $STRATO_PEER_PG_URL (default: a temporary SQLite)")
     args = ap.parse_args(argv)
     cases = [c for c in catalogue() if c.name.startswith(args.only)]
     t0 = time.perf_counter()
     ensure_peer_venv()
     with tempfile.TemporaryDirectory(prefix="strato-conf-") as tmp, \
+            _strato_db(args.strato_db, Path(tmp)) as db_url, \
             PlacementPeer(workers=1, threads=1) as peer, \
-            ServerProcess(args.strato_db or f"sqlite:///{Path(tmp) / 'strato.db'}",
-                          log_path=Path(tmp) / "strato.log") as strato:
+            ServerProcess(db_url, log_path=Path(tmp) / "strato.log") as strato:
         started = time.perf_counter()
         divergences, seen = run(cases, peer.url, strato.url)
         ran = time.perf_counter() - started
