@@ -503,7 +503,8 @@ def allocations() -> Iterator[Case]:
     yield Case("alloc-post-over", "POST", a, "1.28",
                {C6: {**post[C6], "allocations": {CN2: {"resources": {"VCPU": 99}}}}})
     yield Case("alloc-post@1.28", "POST", a, "1.28",
-               {**post, C1: {**post[C1], "consumer_generation": ConsumerGen(C1)}})
+               {C1: {**post[C1], "consumer_generation": ConsumerGen(C1)},
+                C6: {**post[C6], "consumer_generation": ConsumerGen(C6)}})
     yield Case("alloc-post-empty-allocs", "POST", a, "1.28",
                {C6: {"allocations": {}, "project_id": PROJ, "user_id": USER,
                      "consumer_generation": 1}})
@@ -713,7 +714,7 @@ def http_edges() -> Iterator[Case]:
     yield Case("huge-limit", "GET", "/allocation_candidates?resources=VCPU:1&limit=99999999999",
                LATEST)
     yield Case("huge-alloc", "PUT", f"/allocations/{u('huge')}", LATEST,
-               {"allocations": {CN3: {"resources": {"VCPU": 2 ** 31}}}, "project_id": PROJ,
+               {"allocations": {NUMA1: {"resources": {"VCPU": 2 ** 31}}}, "project_id": PROJ,
                 "user_id": USER, "consumer_generation": None, "consumer_type": "INSTANCE"})
     yield Case("rc-put@1.6-body", "PUT", "/resource_classes/CUSTOM_BRONZE", "1.6",
                {"name": "CUSTOM_IRON"})
@@ -742,10 +743,10 @@ def http_edges() -> Iterator[Case]:
     yield Case("usages-twice", "GET", f"/usages?project_id={PROJ}&project_id=other", LATEST)
     yield Case("rp-name-twice", "GET", f"{rp}?name=cn1&name=cn2", LATEST)
     yield Case("alloc-list-of-consumer-type", "PUT", f"/allocations/{u('ctype')}", LATEST,
-               {"allocations": {CN3: {"resources": {"VCPU": 1}}}, "project_id": PROJ,
+               {"allocations": {NUMA1: {"resources": {"VCPU": 1}}}, "project_id": PROJ,
                 "user_id": USER, "consumer_generation": None, "consumer_type": ["INSTANCE"]})
     yield Case("alloc-post-consumer-type", "POST", "/allocations", LATEST,
-               {u("ctype2"): {"allocations": {CN3: {"resources": {"VCPU": 1}}},
+               {u("ctype2"): {"allocations": {NUMA1: {"resources": {"VCPU": 1}}},
                               "project_id": PROJ, "user_id": USER,
                               "consumer_generation": None, "consumer_type": "MIGRATION"}})
     yield Case("usages-consumer-type-migration", "GET",
@@ -771,9 +772,9 @@ def http_edges() -> Iterator[Case]:
     yield Case("rp-create-null-parent", "POST", rp, "1.14",
                {"name": "nullparent", "uuid": u("nullparent"), "parent_provider_uuid": None})
     yield Case("rp-create-null-parent-delete", "DELETE", f"{rp}/{u('nullparent')}", LATEST)
-    mapped = {"allocations": {CN2: {"resources": {"VCPU": 1}}}, "project_id": PROJ,
+    mapped = {"allocations": {NUMA1: {"resources": {"VCPU": 1}}}, "project_id": PROJ,
               "user_id": USER, "consumer_generation": None, "consumer_type": "INSTANCE",
-              "mappings": {"": [CN2]}}
+              "mappings": {"": [NUMA1]}}
     yield Case("alloc-put-mappings@1.33", "PUT", f"/allocations/{u('mapped')}", "1.33",
                {k: v for k, v in mapped.items() if k != "consumer_type"})
     yield Case("alloc-put-mappings", "PUT", f"/allocations/{u('mapped')}", LATEST, mapped)

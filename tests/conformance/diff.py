@@ -228,7 +228,9 @@ def _brief(a: Answer) -> str:
     detail = None
     if isinstance(a.body, dict) and a.body.get("errors"):
         e = a.body["errors"][0]
-        detail = f"{e.get('code')}: {str(e.get('detail'))[:160]}"
+        # Placement's detail starts with the status's generic sentence.
+        lines = [ln.strip() for ln in str(e.get("detail")).splitlines() if ln.strip()]
+        detail = f"{e.get('code')}: {(lines[-1] if lines else '')[:160]}"
     return detail or a.text[:160].replace("\n", " ")
 
 
@@ -321,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         ran = time.perf_counter() - started
     if args.verbose:
         for case, p, s in seen:
-            print(f"{case.name:50} {case.method:6} {p.status} {s.status}")
+            why = f"  {_brief(p)[:110]}" if p.status >= 400 else ""
+            print(f"{case.name:50} {case.method:6} {p.status} {s.status}{why}")
     bad = [d for d in divergences if d.allowed is None]
     allowed = [d for d in divergences if d.allowed is not None]
     for d in divergences:
