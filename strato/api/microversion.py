@@ -119,9 +119,9 @@ def parse(headers: dict[str, str]) -> Version:
             f"invalid version string: {value} (expected 'placement 1.N' or 'latest')"
         ) from None
     if not MIN_VERSION <= want <= MAX_VERSION:
-        raise errors.NotAcceptable(
+        raise errors.UnacceptableVersion(
             f"Unacceptable version header: {value} (this server supports "
-            f"{MIN_VERSION} to {MAX_VERSION})")
+            f"{MIN_VERSION} to {MAX_VERSION})", str(MIN_VERSION), str(MAX_VERSION))
     return want
 
 

@@ -168,7 +168,9 @@ class StratoMiddleware:
                 extra = {"www-authenticate": 'Basic realm="strato", charset="UTF-8"'
                          if scope["path"] in BROWSER_PATHS else 'Keystone uri="local"'}
             resp = error_response(exc.status, exc.title, exc.detail, exc.code, request_id,
-                                  extra, accept=headers.get("accept"))
+                                  extra, accept=headers.get("accept"),
+                                  fields=exc.fields if isinstance(
+                                      exc, errors.UnacceptableVersion) else None)
             await resp(scope, receive, send_with_headers)
             return
 

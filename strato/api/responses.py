@@ -29,10 +29,12 @@ def json_response(content: Any, status: int = 200, headers: dict[str, str] | Non
     return JSONResponse(content, status_code=status, headers=headers)
 
 
-def error_body(status: int, title: str, detail: str, code: str, request_id: str | None
-               ) -> dict[str, Any]:
+def error_body(status: int, title: str, detail: str, code: str, request_id: str | None,
+               fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Placement's error body; `fields` adds members to the error (a 406 for the
+    microversion names the range served)."""
     return {"errors": [{"status": status, "title": title, "detail": detail, "code": code,
-                        "request_id": request_id}]}
+                        "request_id": request_id, **(fields or {})}]}
 
 
 # The formats webob offers for an error, in its order of preference on a tie
@@ -100,14 +102,14 @@ def error_media_type(accept: str | None) -> str:
 
 
 def error_response(status: int, title: str, detail: str, code: str, request_id: str | None,
-                   headers: dict[str, str] | None = None, accept: str | None = None
-                   ) -> Response:
+                   headers: dict[str, str] | None = None, accept: str | None = None,
+                   fields: dict[str, Any] | None = None) -> Response:
     """Placement's error: its JSON body, or webob's HTML or plain text page when the
     request's `Accept` prefers one of those."""
     media = error_media_type(accept)
     if media == "application/json":
-        return json_response(error_body(status, title, detail, code, request_id), status,
-                             headers)
+        return json_response(error_body(status, title, detail, code, request_id, fields),
+                             status, headers)
     line = f"{status} {title}"
     if media == "text/html":
         text = (f"<html>\n <head>\n  <title>{html.escape(line)}</title>\n </head>\n <body>\n"

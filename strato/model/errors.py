@@ -75,6 +75,15 @@ class NotAcceptable(StratoError):
     title = "Not Acceptable"
 
 
+class UnacceptableVersion(NotAcceptable):
+    """A microversion outside the range served; the error names the range
+    (Placement's 406 carries min_version and max_version)."""
+
+    def __init__(self, detail: str, min_version: str, max_version: str) -> None:
+        super().__init__(detail)
+        self.fields = {"min_version": min_version, "max_version": max_version}
+
+
 class Conflict(StratoError):
     status = 409
     title = "Conflict"

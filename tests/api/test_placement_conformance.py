@@ -157,3 +157,11 @@ def test_a_resource_class_with_spaces_is_unknown(client: TestClient, path: str) 
     r = client.get(path)
     assert r.status_code == 400, r.text
     assert client.get("/allocation_candidates?resources=VCPU:%201%20").status_code == 200
+
+
+@pytest.mark.parametrize("value", ["placement 1.99", "placement 2.0", "placement 0.9"])
+def test_an_unacceptable_version_names_the_range(client: TestClient, value: str) -> None:
+    r = client.get("/resource_providers", headers={"openstack-api-version": value})
+    assert r.status_code == 406
+    error = r.json()["errors"][0]
+    assert error["min_version"] == "1.0" and error["max_version"] == "1.39"
