@@ -20,7 +20,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strato import logs
 from strato.api import microversion
 from strato.api.auth import CONTEXT_KEY, AuthStrategy
-from strato.api.responses import REQUEST_ID_KEY, accept_ranges, error_response, valid_accept
+from strato.api.responses import (
+    ERROR_CODES,
+    REQUEST_ID_KEY,
+    accept_ranges,
+    error_response,
+    valid_accept,
+)
 from strato.model import errors
 from strato.zone.protocol import MAX_PATH, PATH_HEADER
 from strato.zone.transport import COUNTED, ZONE_PATH
@@ -34,6 +40,8 @@ PUBLIC_PREFIX = "/docs/static/"
 # Pages a browser opens: it sends the token as HTTP Basic's password, and is
 # asked for it on a 401 (api/routes/ui.py).
 BROWSER_PATHS = frozenset({"/ui"})
+# Sent on every zone-to-zone call (strato/zone/transport.py HEADERS).
+ZONE_PROTOCOL_HEADER = "x-strato-zone-protocol"
 
 
 def basic_token(headers: dict[str, str]) -> None:
@@ -127,7 +135,10 @@ class StratoMiddleware:
             # First: a call that went round a cycle is refused whatever it
             # carries (the token it has may be for another zone).
             ZONE_PATH.set(zone_path(headers, self.zone_id, self.zone_name))
+            zone_call = ZONE_PROTOCOL_HEADER in headers
+            ERROR_CODES.set(zone_call)
             version = microversion.parse(headers)
+            ERROR_CODES.set(zone_call or version >= microversion.V1_23)
             scope[microversion.SCOPE_KEY] = version
             out_headers += [
                 (b"openstack-api-version", f"placement {version}".encode()),

@@ -165,3 +165,19 @@ def test_an_unacceptable_version_names_the_range(client: TestClient, value: str)
     assert r.status_code == 406
     error = r.json()["errors"][0]
     assert error["min_version"] == "1.0" and error["max_version"] == "1.39"
+
+
+@pytest.mark.parametrize(("headers", "has_code"), [
+    ({"openstack-api-version": "placement 1.22"}, False),
+    ({"openstack-api-version": "placement 1.23"}, True),
+    ({"openstack-api-version": "placement 1.a"}, False),     # the header itself refused
+    ({"openstack-api-version": "placement 1.99"}, False),
+    ({"openstack-api-version": "placement 1.0", "x-strato-zone-protocol": "2"}, True),
+])
+def test_errors_carry_a_code_from_1_23(client: TestClient, headers: dict[str, str],
+                                       has_code: bool) -> None:
+    """Placement's error bodies have `code` from microversion 1.23 on only; a
+    zone-to-zone call always gets it (a zone reads it, whatever it forwards)."""
+    r = client.get(f"/resource_providers/{uuid.uuid4()}", headers=headers)
+    assert r.status_code >= 400
+    assert ("code" in r.json()["errors"][0]) is has_code, r.text

@@ -199,6 +199,15 @@ def shape(value: Any) -> Any:
     return "string"
 
 
+def _error_keys(body: Any) -> list[str] | None:
+    """The keys of the first error (Placement's have no `code` before 1.23)."""
+    if isinstance(body, dict) and isinstance(body.get("errors"), list) and body["errors"]:
+        first = body["errors"][0]
+        if isinstance(first, dict):
+            return sorted(first)
+    return None
+
+
 def _error_code(body: Any) -> str | None:
     if isinstance(body, dict) and isinstance(body.get("errors"), list) and body["errors"]:
         first = body["errors"][0]
@@ -226,6 +235,9 @@ def compare(case: Case, p: Answer, s: Answer, known: set[str]) -> Iterator[Diver
         code = _error_code(p.body)
         if code is not None and code != _error_code(s.body):
             yield Divergence(case, "code", code, _error_code(s.body))
+        pk, sk = _error_keys(p.body), _error_keys(s.body)
+        if pk is not None and pk != sk:
+            yield Divergence(case, "error-keys", pk, sk)
         return
     pv, sv = p.headers.get("openstack-api-version"), s.headers.get("openstack-api-version")
     if pv != sv:
