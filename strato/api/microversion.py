@@ -15,7 +15,6 @@ from strato.model import errors
 
 SERVICE_TYPE = "placement"
 HEADER = "openstack-api-version"
-LEGACY_HEADER = "x-openstack-placement-api-version"
 
 
 class Version(NamedTuple):
@@ -97,15 +96,14 @@ def parse(headers: dict[str, str]) -> Version:
     if raw is not None:
         # Each comma-separated part is `<service> <version>`, the last one for
         # placement wins (as microversion-parse reads it, which Placement
-        # uses). Ours is `placement 1.N` or `placement latest`; more words
+        # uses, without legacy headers: X-OpenStack-Placement-API-Version
+        # is not read). Ours is `placement 1.N` or `placement latest`; more words
         # after `placement` are a malformed version (400, as Placement
         # answers); a bare `placement` names no version and is skipped.
         for part in raw.split(","):
             bits = part.strip().split(None, 1)
             if len(bits) == 2 and bits[0].lower() == SERVICE_TYPE:
                 value = bits[1].strip()
-    elif headers.get(LEGACY_HEADER) is not None:
-        value = headers[LEGACY_HEADER].strip()
     if value is None:
         return MIN_VERSION
     # As microversion-parse reads it: 'latest' (lower case only), else two
@@ -121,9 +119,9 @@ def parse(headers: dict[str, str]) -> Version:
             f"invalid version string: {value} (expected 'placement 1.N' or 'latest')"
         ) from None
     if not MIN_VERSION <= want <= MAX_VERSION:
-        raise errors.NotAcceptable(
+        raise errors.UnacceptableVersion(
             f"Unacceptable version header: {value} (this server supports "
-            f"{MIN_VERSION} to {MAX_VERSION})")
+            f"{MIN_VERSION} to {MAX_VERSION})", str(MIN_VERSION), str(MAX_VERSION))
     return want
 
 

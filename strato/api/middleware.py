@@ -13,14 +13,20 @@ import base64
 import logging
 import uuid
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strato import logs
 from strato.api import microversion
 from strato.api.auth import CONTEXT_KEY, AuthStrategy
-from strato.api.responses import REQUEST_ID_KEY, accept_ranges, error_response, valid_accept
+from strato.api.responses import (
+    ERROR_CODES,
+    REQUEST_ID_KEY,
+    accept_ranges,
+    error_response,
+    valid_accept,
+)
 from strato.model import errors
 from strato.zone.protocol import MAX_PATH, PATH_HEADER
 from strato.zone.transport import COUNTED, ZONE_PATH
@@ -34,6 +40,8 @@ PUBLIC_PREFIX = "/docs/static/"
 # Pages a browser opens: it sends the token as HTTP Basic's password, and is
 # asked for it on a 401 (api/routes/ui.py).
 BROWSER_PATHS = frozenset({"/ui"})
+# Sent on every zone-to-zone call (strato/zone/transport.py HEADERS).
+ZONE_PROTOCOL_HEADER = "x-strato-zone-protocol"
 
 
 def basic_token(headers: dict[str, str]) -> None:
@@ -127,7 +135,10 @@ class StratoMiddleware:
             # First: a call that went round a cycle is refused whatever it
             # carries (the token it has may be for another zone).
             ZONE_PATH.set(zone_path(headers, self.zone_id, self.zone_name))
+            zone_call = ZONE_PROTOCOL_HEADER in headers
+            ERROR_CODES.set(zone_call)
             version = microversion.parse(headers)
+            ERROR_CODES.set(zone_call or version >= microversion.V1_23)
             scope[microversion.SCOPE_KEY] = version
             out_headers += [
                 (b"openstack-api-version", f"placement {version}".encode()),
@@ -142,11 +153,14 @@ class StratoMiddleware:
                 # off the event loop.
                 scope[CONTEXT_KEY] = (await slow(headers) if slow is not None
                                       else self.auth.authenticate(headers))
+            undecodable = undecodable_query(scope.get("query_string", b""))
+            if undecodable is not None:
+                raise errors.BadRequest(f"Invalid query string parameters: {undecodable}")
             nul = nul_parameter(scope.get("query_string", b""))
             if nul is not None:
                 raise errors.BadRequest(
                     f"Invalid query string parameters: {nul!r} holds a NUL character, "
-                    "which no stored text does", errors.QUERYPARAM_BAD_VALUE)
+                    "which no stored text does")
             length = headers.get("content-length")
             if length is not None and not length.strip().isdigit():
                 raise errors.BadRequest("content-length header must be an integer")
@@ -165,7 +179,9 @@ class StratoMiddleware:
                 extra = {"www-authenticate": 'Basic realm="strato", charset="UTF-8"'
                          if scope["path"] in BROWSER_PATHS else 'Keystone uri="local"'}
             resp = error_response(exc.status, exc.title, exc.detail, exc.code, request_id,
-                                  extra, accept=headers.get("accept"))
+                                  extra, accept=headers.get("accept"),
+                                  fields=exc.fields if isinstance(
+                                      exc, errors.UnacceptableVersion) else None)
             await resp(scope, receive, send_with_headers)
             return
 
@@ -200,6 +216,19 @@ class StratoMiddleware:
             return message
 
         return wrapped
+
+
+def undecodable_query(query: bytes) -> str | None:
+    """Why the query string, once %-decoded, is not UTF-8, or None. Placement
+    (webob) answers such a query with a 400; decoded with replacement
+    characters it would be a lookup of a name no one sent."""
+    if b"%" not in query and query.isascii():
+        return None
+    try:
+        unquote_to_bytes(query.replace(b"+", b" ")).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return str(exc)
+    return None
 
 
 def nul_parameter(query: bytes) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -29,10 +30,21 @@ def json_response(content: Any, status: int = 200, headers: dict[str, str] | Non
     return JSONResponse(content, status_code=status, headers=headers)
 
 
-def error_body(status: int, title: str, detail: str, code: str, request_id: str | None
-               ) -> dict[str, Any]:
-    return {"errors": [{"status": status, "title": title, "detail": detail, "code": code,
-                        "request_id": request_id}]}
+# Whether this request's errors carry `code`: Placement's do from microversion
+# 1.23 on, and not before (nor when the version header itself is refused).
+# Zone-to-zone calls always get it: a zone tells a conflict from other errors by
+# it, whatever version it forwards. Set per request by the middleware.
+ERROR_CODES: ContextVar[bool] = ContextVar("error_codes", default=True)
+
+
+def error_body(status: int, title: str, detail: str, code: str, request_id: str | None,
+               fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Placement's error body; `fields` adds members to the error (a 406 for the
+    microversion names the range served)."""
+    error: dict[str, Any] = {"status": status, "title": title, "detail": detail}
+    if ERROR_CODES.get():
+        error["code"] = code
+    return {"errors": [{**error, "request_id": request_id, **(fields or {})}]}
 
 
 # The formats webob offers for an error, in its order of preference on a tie
@@ -100,14 +112,14 @@ def error_media_type(accept: str | None) -> str:
 
 
 def error_response(status: int, title: str, detail: str, code: str, request_id: str | None,
-                   headers: dict[str, str] | None = None, accept: str | None = None
-                   ) -> Response:
+                   headers: dict[str, str] | None = None, accept: str | None = None,
+                   fields: dict[str, Any] | None = None) -> Response:
     """Placement's error: its JSON body, or webob's HTML or plain text page when the
     request's `Accept` prefers one of those."""
     media = error_media_type(accept)
     if media == "application/json":
-        return json_response(error_body(status, title, detail, code, request_id), status,
-                             headers)
+        return json_response(error_body(status, title, detail, code, request_id, fields),
+                             status, headers)
     line = f"{status} {title}"
     if media == "text/html":
         text = (f"<html>\n <head>\n  <title>{html.escape(line)}</title>\n </head>\n <body>\n"

@@ -6,7 +6,12 @@ Placement has one) and a human detail that names the problem.
 
 from __future__ import annotations
 
-# Placement's stable codes (never change a value once published).
+# Placement's stable codes (never change a value once published). Placement
+# sends each only where it names the condition: resource_provider.not_found
+# from the reshaper alone, duplicate_name for providers alone, the query codes
+# for the checks across request groups alone. Elsewhere (a 404 for a provider,
+# a duplicate resource class, a malformed query value) its code is
+# undefined_code, and so is Strato's: clients compare these codes.
 DEFAULT = "placement.undefined_code"
 INVENTORY_INUSE = "placement.inventory.inuse"
 CONCURRENT_UPDATE = "placement.concurrent_update"
@@ -68,6 +73,15 @@ class MethodNotAllowed(StratoError):
 class NotAcceptable(StratoError):
     status = 406
     title = "Not Acceptable"
+
+
+class UnacceptableVersion(NotAcceptable):
+    """A microversion outside the range served; the error names the range
+    (Placement's 406 carries min_version and max_version)."""
+
+    def __init__(self, detail: str, min_version: str, max_version: str) -> None:
+        super().__init__(detail)
+        self.fields = {"min_version": min_version, "max_version": max_version}
 
 
 class Conflict(StratoError):

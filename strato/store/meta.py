@@ -153,8 +153,7 @@ def get_meta(conn: Connection, uuid: str) -> Meta:
     # None has a NUL in its uuid (PostgreSQL refuses the query).
     r = None if "\x00" in uuid else conn.execute(_select().where(rp.c.uuid == uuid)).first()
     if r is None:
-        raise errors.NotFound(f"No resource provider with uuid {uuid} found",
-                              errors.RESOURCE_PROVIDER_NOT_FOUND)
+        raise errors.NotFound(f"No resource provider with uuid {uuid} found")
     return _meta(r)
 
 

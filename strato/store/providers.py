@@ -85,8 +85,7 @@ def get_provider_or_none(conn: Connection, uuid: str) -> Provider | None:
 def get_provider(conn: Connection, uuid: str) -> Provider:
     p = get_provider_or_none(conn, uuid)
     if p is None:
-        raise errors.NotFound(f"No resource provider with uuid {uuid} found",
-                              errors.RESOURCE_PROVIDER_NOT_FOUND)
+        raise errors.NotFound(f"No resource provider with uuid {uuid} found")
     return p
 
 
@@ -273,8 +272,7 @@ def update_provider(
 def delete_provider(conn: Connection, uuid: str) -> None:
     p = get_provider_or_none(conn, uuid)
     if p is None:
-        raise errors.NotFound(f"No resource provider with uuid {uuid} found for delete",
-                              errors.RESOURCE_PROVIDER_NOT_FOUND)
+        raise errors.NotFound(f"No resource provider with uuid {uuid} found for delete")
     # Claims lock the providers they allocate on (PostgreSQL): with this lock
     # held, one that got there first is seen below, and one after finds the
     # provider gone (a 400), not a foreign key's 500.

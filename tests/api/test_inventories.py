@@ -308,7 +308,7 @@ def test_unknown_provider_is_404(client: TestClient) -> None:
     ]
     for r in answers:
         assert r.status_code == 404, r.text
-        assert _code(r) == "placement.resource_provider.not_found"
+        assert _code(r) == "placement.undefined_code"
 
 
 def test_cache_headers_from_1_15(client: TestClient) -> None:

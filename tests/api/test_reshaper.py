@@ -122,8 +122,12 @@ def test_every_failure_changes_nothing(any_client: TestClient) -> None:
         # an allocation that breaks the new max_unit
         (host.body(root_disk={"total": 2048, "step_size": 10, "min_unit": 10,
                               "max_unit": 600}), 409, None),
-        # more than the new inventory holds
-        (host.body(root_disk={"total": 500}), 409, None),
+        # more than the new inventory holds, and more than was used before
+        # (as much as before passes: Placement lets a write leave an
+        # over-capacity provider no worse, see the test below)
+        (host.body(root_disk={"total": 500}, allocations={
+            **host.body()["allocations"], host.c0: entry({host.root: {"DISK_GB": 1010}}, 1)}),
+         409, None),
         # a provider that does not exist
         (host.body(inventories={**host.body()["inventories"], gone: {
             "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 1}}}}),
@@ -227,3 +231,14 @@ def test_a_reshape_to_a_capacity_beyond_int64_keeps_the_engine_answering(
         "groups": [{"resources": {"VCPU": 1}}]})
     assert r.status_code == 200, r.text
     assert client.get("/strato/v1/summary").status_code == 200
+
+
+def test_a_reshape_may_leave_a_provider_over_capacity_no_worse(any_client: TestClient) -> None:
+    """As Placement 16.0.0 answers (checked against it): the root's DISK_GB
+    shrinks below what stays allocated on it, and no allocation grows."""
+    host = Host(any_client)
+    before = any_client.get(f"/resource_providers/{host.root}/usages").json()["usages"]
+    r = any_client.post("/reshaper", json=host.body(root_disk={"total": 500}))
+    assert r.status_code == 204, r.text
+    after = any_client.get(f"/resource_providers/{host.root}/usages").json()["usages"]
+    assert before["DISK_GB"] == after["DISK_GB"] == 1020

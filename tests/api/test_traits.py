@@ -229,14 +229,18 @@ def test_each_provider_trait_write_records_one_change(any_client: TestClient) ->
     assert _trait_changes(any_client) == []
     _set(any_client, rp, ["HW_CPU_X86_SSE"], 0)
     _set(any_client, rp, [], 1)
+    _set(any_client, rp, ["HW_CPU_X86_SSE"], 2)
     any_client.delete(f"/resource_providers/{rp}/traits")
     recorded = _trait_changes(any_client)
-    assert [u for _, u in recorded] == [rp, rp, rp]
-    assert len({s for s, _ in recorded}) == 3
-    # failed writes record nothing
+    assert [u for _, u in recorded] == [rp, rp, rp, rp]
+    assert len({s for s, _ in recorded}) == 4
+    # failed writes record nothing, and neither do writes of the set the
+    # provider has (no change, no new generation: as in Placement)
     _set(any_client, rp, ["HW_CPU_X86_SSE"], 0)
-    _set(any_client, rp, ["CUSTOM_NOPE"], 3)
-    assert len(_trait_changes(any_client)) == 3
+    _set(any_client, rp, ["CUSTOM_NOPE"], 4)
+    any_client.delete(f"/resource_providers/{rp}/traits")
+    assert _set(any_client, rp, [], 4).status_code == 200
+    assert len(_trait_changes(any_client)) == 4
 
 
 def test_generation_conflict_is_409_and_changes_nothing(any_client: TestClient) -> None:
@@ -301,7 +305,7 @@ def test_unknown_provider_is_404(any_client: TestClient) -> None:
         r = any_client.get(f"/resource_providers/{rp}/traits")
         assert r.status_code == 404
         assert f"No resource provider with uuid {rp} found" in _detail(r)
-        assert r.json()["errors"][0]["code"] == "placement.resource_provider.not_found"
+        assert r.json()["errors"][0]["code"] == "placement.undefined_code"
         r = _set(any_client, rp, ["HW_CPU_X86_SSE"], 0)
         assert r.status_code == 404
         assert any_client.delete(f"/resource_providers/{rp}/traits").status_code == 404

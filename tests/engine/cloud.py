@@ -77,7 +77,8 @@ class Cloud:
                        headers={"openstack-api-version": f"placement {version}"})
         assert r.status_code == 400, r.text
         err = r.json()["errors"][0]
-        return err["detail"], err["code"]
+        # No code before microversion 1.23, as from Placement.
+        return err["detail"], err.get("code", "")
 
     def picks(self, body: dict[str, Any]) -> list[dict[str, dict[str, int]]]:
         """Allocation requests by provider *name*, in answer order (dict form)."""

@@ -122,16 +122,23 @@ def test_concurrent_provider_trait_writes_serialise_on_generation(database: Data
 
 
 def test_delete_provider_traits_never_conflicts(database: Database) -> None:
+    """Writes without a generation (DELETE's) never conflict: six at once, each
+    a different set, make six generations. A write of the set the provider
+    already has changes nothing, as in Placement."""
     with database.write() as conn:
         p = providers.create_provider(conn, name="cn1")
 
-    def clear(_: int) -> int:
+    def assign(i: int) -> int:
         with database.write() as conn:
-            return traits.set_provider_traits(conn, p.uuid, [], None).generation
+            return traits.set_provider_traits(conn, p.uuid, [STANDARD_TRAITS[i]],
+                                              None).generation
 
     with ThreadPoolExecutor(max_workers=6) as pool:
-        gens = sorted(pool.map(clear, range(6)))
+        gens = sorted(pool.map(assign, range(6)))
     assert gens == [1, 2, 3, 4, 5, 6]
+    with database.write() as conn:
+        assert traits.set_provider_traits(conn, p.uuid, [], None).generation == 7
+        assert traits.set_provider_traits(conn, p.uuid, [], None).generation == 7
 
 
 def test_trait_delete_racing_an_assignment_never_orphans(database: Database) -> None:

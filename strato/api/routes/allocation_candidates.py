@@ -171,10 +171,9 @@ def _answer(request: Request, parsed: CandidateRequest, v: Version) -> Response:
     if bad_rcs:
         raise errors.BadRequest(
             "Invalid resource class in resources parameter: No such resource class "
-            f"{', '.join(bad_rcs)}.", errors.QUERYPARAM_BAD_VALUE)
+            f"{', '.join(bad_rcs)}.")
     if bad_traits:
-        raise errors.BadRequest(f"No such trait(s): {', '.join(bad_traits)}",
-                                errors.QUERYPARAM_BAD_VALUE)
+        raise errors.BadRequest(f"No such trait(s): {', '.join(bad_traits)}")
     result = engine.query(parsed, exclude=stale_providers(request) or ())
     headers = cache_headers(None) if v >= V1_15 else None
     body = serialize(result, parsed, v)
@@ -281,7 +280,7 @@ def parse_request(items: list[tuple[str, str]], v: Version) -> CandidateRequest:
         raise errors.BadRequest(f"Invalid query string parameters: {_unexpected(bad, v)}")
     if v < V1_25 and not raw[""].resources:
         raise errors.BadRequest("Invalid query string parameters: 'resources' is a required "
-                                "property", errors.QUERYPARAM_MISSING_VALUE)
+                                "property")
     # Placement's order: the schema (limit, group_policy), the request-wide
     # parameters, each group in query order, then the checks across groups.
     limit = _parse_limit(wide.get("limit", []))
@@ -315,7 +314,7 @@ def _parse_group(suffix: str, raw: _RawGroup, v: Version) -> RequestGroup:
         if not query.is_uuid(in_tree):
             raise errors.BadRequest(
                 f"Invalid query string parameters: Expected 'in_tree{suffix}' parameter to "
-                f"be a format of uuid. Got: {in_tree}", errors.QUERYPARAM_BAD_VALUE)
+                f"be a format of uuid. Got: {in_tree}")
         in_tree = _canonical(in_tree)
     return RequestGroup(suffix=suffix, resources=resources, required=required,
                         forbidden=forbidden, member_of=_canonical_sets(member_of),
@@ -358,19 +357,17 @@ def _check_resourceless(groups: list[RequestGroup],
     if orphans:
         raise errors.BadRequest(
             "All traits parameters must be associated with resources.  Found the following "
-            f"orphaned traits keys: {', '.join(orphans)}", errors.QUERYPARAM_BAD_VALUE)
+            f"orphaned traits keys: {', '.join(orphans)}")
     orphans = [f"member_of{g.suffix}" for g in resourceless if g.member_of or g.forbidden_aggs]
     if orphans:
         raise errors.BadRequest(
             "All member_of parameters must be associated with resources. Found the following "
-            f"orphaned member_of keys: {', '.join(orphans)}", errors.QUERYPARAM_BAD_VALUE)
+            f"orphaned member_of keys: {', '.join(orphans)}")
     if resourceless:
-        raise errors.BadRequest("All request groups must specify resources.",
-                                errors.QUERYPARAM_BAD_VALUE)
+        raise errors.BadRequest("All request groups must specify resources.")
     if not groups:
         raise errors.BadRequest(
-            "At least one request group (`resources` or `resources{$S}`) is required.",
-            errors.QUERYPARAM_MISSING_VALUE)
+            "At least one request group (`resources` or `resources{$S}`) is required.")
 
 
 def _check_group_policy(values: list[str]) -> list[str]:
@@ -379,7 +376,7 @@ def _check_group_policy(values: list[str]) -> list[str]:
         if value not in ("none", "isolate"):
             raise errors.BadRequest(
                 f"Invalid query string parameters: {value!r} is not one of ['none', "
-                "'isolate']", errors.QUERYPARAM_BAD_VALUE)
+                "'isolate']")
     return values
 
 
@@ -388,7 +385,7 @@ def _group_policy(values: list[str], groups: tuple[RequestGroup, ...]) -> GroupP
         if sum(1 for g in groups if g.granular) > 1:
             raise errors.BadRequest(
                 'The "group_policy" parameter is required when specifying more than one '
-                '"resources{N}" parameter.', errors.QUERYPARAM_MISSING_VALUE)
+                '"resources{N}" parameter.')
         return GroupPolicy.NONE
     return GroupPolicy(values[0])
 
@@ -402,7 +399,7 @@ def _parse_limit(values: list[str]) -> int | None:
             raise errors.BadRequest(
                 f"Invalid query string parameters: {value!r} does not match "
                 f"{_LIMIT.pattern!r} (Failed validating 'pattern' in "
-                "schema['properties']['limit'])", errors.QUERYPARAM_BAD_VALUE)
+                "schema['properties']['limit'])")
     return query.capped_int(values[0])
 
 

@@ -87,6 +87,16 @@ def _headers(request: Request, last_modified: datetime | None) -> dict[str, str]
     return cache_headers(last_modified) if version(request) >= V1_15 else None
 
 
+def _set_headers(request: Request, invs: dict[str, Inventory],
+                 last_modified: datetime | None) -> dict[str, str] | None:
+    """As Placement: a set's last-modified is its newest record's, and an empty
+    set has none (cache-control only)."""
+    headers = _headers(request, last_modified)
+    if headers is not None and not invs:
+        del headers["last-modified"]
+    return headers
+
+
 def _check(request: Request, provider: providers.Provider, invs: list[Inventory]) -> None:
     """Field rules that depend on the microversion (reserved == total from 1.26)."""
     may_equal = version(request) >= V1_26
@@ -102,8 +112,7 @@ def provider_or_404(conn: Connection, uuid: str) -> providers.Provider:
     (A NUL byte, say, would otherwise make PostgreSQL fail with a 500.)
     """
     if not query.is_uuid(uuid):
-        raise errors.NotFound(f"No resource provider with uuid {uuid!r} found",
-                              errors.RESOURCE_PROVIDER_NOT_FOUND)
+        raise errors.NotFound(f"No resource provider with uuid {uuid!r} found")
     return providers.get_provider(conn, uuid)
 
 
@@ -113,7 +122,7 @@ def list_inventories(request: Request, uuid: str) -> Response:
     with deps.db(request).read() as conn:
         found = store.get_inventory_set(conn, provider_or_404(conn, uuid))
     return json_response(_all(found.inventories, found.generation),
-                         headers=_headers(request, found.last_modified))
+                         headers=_set_headers(request, found.inventories, found.last_modified))
 
 
 @router.put(BASE)
@@ -130,7 +139,7 @@ async def update_inventories(request: Request, uuid: str) -> Response:
         _check(request, p, list(invs.values()))
         return invs, store.replace_inventories(conn, p, invs, body.resource_provider_generation)
     invs, gen = await deps.write(request, job)
-    return json_response(_all(invs, gen), headers=_headers(request, None))
+    return json_response(_all(invs, gen), headers=_set_headers(request, invs, None))
 
 
 @router.post(BASE)

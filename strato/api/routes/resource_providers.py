@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import uuid as uuidlib
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.engine import Connection
 from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps, query
-from strato.api.body import read_model
+from strato.api.body import read_model, shown
 from strato.api.microversion import (
     V1_1,
     V1_3,
@@ -38,12 +38,21 @@ router = APIRouter()
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
 
 
+def _uuid_like(value: str | None) -> str | None:
+    # Placement's 'uuid' format takes "{...}", "urn:uuid:..." and the like;
+    # the provider keeps the canonical form (Placement's str(UUID(...))).
+    if value is not None and not query.is_uuid_like(value):
+        raise ValueError(f"{shown(value)} is not a 'uuid'")
+    return value
+
+
 class CreateProviderV1_0(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    # Placement's schema bounds a name's length above only: "" is a name.
+    # Placement's schema bounds a name's length above only; its create refuses
+    # "" (a 400 of its own, see create_resource_provider).
     name: str = Field(max_length=200)
     # Left out: a new uuid. Sent, a string (Placement's schema: a null is a 400).
-    uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
+    uuid: Annotated[str | None, AfterValidator(_uuid_like)] = None
 
     @field_validator("uuid", mode="before")
     @classmethod
@@ -54,7 +63,7 @@ class CreateProviderV1_0(BaseModel):
 
 
 class CreateProvider(CreateProviderV1_0):
-    parent_provider_uuid: str | None = Field(default=None, pattern=UUID_PATTERN)
+    parent_provider_uuid: Annotated[str | None, AfterValidator(_uuid_like)] = None
 
 
 class UpdateProvider(BaseModel):
@@ -104,6 +113,10 @@ async def create_resource_provider(request: Request) -> Response:
     body: CreateProvider | CreateProviderV1_0 = await read_model(
         request, CreateProvider if v >= V1_14 else CreateProviderV1_0)
     parent = getattr(body, "parent_provider_uuid", None)
+    if not body.name:
+        raise errors.BadRequest(
+            f'Unable to create resource provider "", {_canonical(body.uuid) or "(new)"}: '
+            "Object action create failed because: name is required")
     p = await deps.write(request, lambda conn: store.create_provider(
         conn, name=body.name, uuid=_canonical(body.uuid), parent_uuid=_canonical(parent)))
     location = {"location": f"/resource_providers/{p.uuid}"}
@@ -194,7 +207,7 @@ def list_resource_providers(request: Request) -> Response:
             except errors.BadRequest as exc:
                 raise errors.BadRequest(
                     "Invalid resource class in resources parameter: "
-                    + exc.detail.split(": ", 1)[-1], errors.QUERYPARAM_BAD_VALUE) from None
+                    + exc.detail.split(": ", 1)[-1]) from None
         traits.ids_by_name(conn, {t for g in required for t in g} | set(forbidden))
         found = store.list_providers(conn, filters)
     last = max((p.updated_at for p in found if p.updated_at), default=None)

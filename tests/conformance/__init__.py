@@ -1,0 +1,1 @@
+"""Differential conformance checks of Strato against real OpenStack Placement."""
