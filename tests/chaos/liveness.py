@@ -3,7 +3,8 @@ them loosely, the long run prints them against the 5 s targets).
 
 * heal_to_use: for each healed fault, seconds from the heal (restart
   answered, SIGCONT sent, link up) until the root's first 200 that places a
-  consumer in the healed zone's subtree. A zone never used again before the
+  consumer in the healed zone's subtree (for the root: its next placement
+  anywhere, as every zone is in its subtree). A zone never used again before the
   workload ended counts as (end - heal) and is flagged censored; a heal in
   the last 5 s of the workload is not measured.
 * longest_gap: the longest time with no successful placement while at least
