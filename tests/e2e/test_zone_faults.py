@@ -299,3 +299,45 @@ def test_a_consumer_undone_by_a_cancel_is_placed_again_in_its_anti_affinity_grou
         assert r.json()["placements"][0]["zone"] == "root/ord"
         assert allocations(procs["ord"], consumer)
         assert vcpu_used(procs["ord"]) == 8
+
+
+def test_a_request_at_work_when_the_root_died_is_answered_soon_after_its_restart(
+        tmp_path: Path) -> None:
+    """Chaos seed 300 (kill_root): the root died while its child worked on a
+    request. The restarted root found the request still placing in its
+    ledger and left it so until its deadline (--request-timeout, 30 s): every
+    retry of the id meanwhile waited 10 s and got 409 request_in_progress. A
+    process that serves its SQLite file alone knows that nobody is at work on
+    it any more: it undoes it at once, and the retry is placed, once."""
+    slow = ["--child-timeout", "20"]  # the root waits for the held request
+    root = zone(tmp_path, "root", extra=slow).start()
+    procs = {"root": root}
+    try:
+        port = free_port()
+        relay = HoldingRelay(port, pattern=b"/strato/v1/schedule").start()
+        procs["dfw"] = zone(tmp_path, "dfw", root, [
+            "--location-prefix", "dfw", "--advertise-url", f"http://127.0.0.1:{relay.port}"],
+            port=port).start()
+        hosts(procs["dfw"], "dfw", ["dfw/room1/rack1/h0"])
+        body = req(request_id=f"r-{uuid.uuid4()}")
+        consumer = body["consumers"][0]
+        with api.client(root.url) as c:
+            wait_for(lambda: (children(c).get("dfw", {}).get("summary") or {})
+                     .get("providers") == 1)
+            with pytest.raises(httpx.TimeoutException):
+                c.post("/strato/v1/schedule", json=body, timeout=2.0)
+        assert relay.held >= 1, "the request never reached the cell"
+        root.kill()
+        relay.release()
+        procs["root"] = again = zone(tmp_path, "root", extra=slow, port=root.port).start()
+        with api.client(again.url) as c:
+            began = time.monotonic()
+            r = until_not_503(c, "POST", "/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+            assert time.monotonic() - began < 8.0
+            assert [p["zone"] for p in r.json()["placements"]] == ["root/dfw"]
+        wait_for(lambda: vcpu_used(procs["dfw"]) == 8)
+        assert [a["resources"] for a in allocations(procs["dfw"], consumer).values()] == [
+            {"VCPU": 8}]
+    finally:
+        stop_all(procs)
