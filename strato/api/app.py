@@ -145,6 +145,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
         # Before any request records a part: what the ledger lost, if anything.
         await tree.open_sweep()
         await tree.learn_placed()
+        await tree.note_orphans()
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(tree.run_refresher()),
                                           asyncio.create_task(tree.run_recovery())]
         if settings.parent_url:

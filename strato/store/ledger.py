@@ -182,6 +182,13 @@ def abandon(conn: Connection, request_id: str) -> bool:
     return bool(res.rowcount)
 
 
+def unanswered(conn: Connection) -> dict[str, str | None]:
+    """Every request still placing (or abandoned), with its attempt."""
+    return {rid: attempt for rid, attempt in conn.execute(
+        sa.select(sr.c.request_id, sr.c.attempt)
+        .where(sr.c.status.in_([State.PLACING, State.ABANDONED])))}
+
+
 def overdue(conn: Connection, now: float, limit: int = 100) -> list[str]:
     """Requests still placing (or abandoned) whose deadline passed before `now`."""
     return list(conn.execute(

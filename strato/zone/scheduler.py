@@ -650,9 +650,15 @@ class LocalScheduler:
         groups = {c.group or req.group or "" for c in rules}
         group_store.lock_groups(conn, groups)
         chosen = [plan.options[i] for i in plan.assignment.choices]
+        # This claim's own consumers are not members already there: their
+        # allocations in the store now are the ones it just wrote, and one may
+        # still be listed in the group from a placement that was undone since
+        # (a cancel takes allocations, not memberships).
+        placing = set(req.consumers)
         for rule in rules:
             group = rule.group or req.group or ""
-            members = group_store.member_roots(conn, group)
+            members = {c: roots for c, roots in group_store.member_roots(conn, group).items()
+                       if c not in placing}
             existing = {self.hosts.domain_of_root(root, rule.level)
                         for roots in members.values() for root in roots}
             mine = [o.domains.get(rule.level, o.host) for o in chosen]

@@ -167,6 +167,9 @@ class ZoneTree:
     _reconciling: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Children still to be asked for parts lost with the machine (zone/sweep.py).
     _sweep: sweep.Sweep | None = None
+    # Requests left unanswered by an earlier process on this database (a
+    # crash): request id -> attempt. See `note_orphans`.
+    _orphans: dict[str, str | None] | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _fetching: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _group_locks: split.GroupLocks = field(default_factory=split.GroupLocks)
@@ -1663,18 +1666,41 @@ class ZoneTree:
         left committing; abandon requests whose deadline passed while they were
         at work (a crash, a pause) and undo their parts."""
         done = await shared.recover(self, self._decided)
+        orphans, self._orphans = self._orphans or {}, None
+        for rid, attempt in orphans.items():
+            await self._take_over(rid, attempt, "left unanswered by an earlier process")
         overdue = await self._read(lambda conn: ledger.overdue(conn, time.time() - 1.0))
         for rid in overdue:
-            await self._write(partial(ledger.abandon, request_id=rid))
-            entry = await self._read(partial(ledger.lookup, request_id=rid))
-            if entry is None or entry.state != State.ABANDONED:
-                continue  # finished meanwhile
-            log.warning("request %s ran past its deadline unanswered: undoing it", rid)
-            await self.undo(rid, placed=False, attempt=entry.attempt)
-            await self._write(partial(ledger.give_back, request_id=rid,
-                                      attempt=entry.attempt))
-        done["abandoned"] = len(overdue)
+            await self._take_over(rid, None, "ran past its deadline unanswered")
+        done["abandoned"] = len(orphans) + len(overdue)
         return done
+
+    async def _take_over(self, rid: str, attempt: str | None, why: str) -> None:
+        """Abandon request `rid` (only its attempt `attempt`, if given), undo its
+        parts and give its reservation back: a retry then works afresh."""
+        await self._write(partial(ledger.abandon, request_id=rid))
+        entry = await self._read(partial(ledger.lookup, request_id=rid))
+        if entry is None or entry.state != State.ABANDONED:
+            return  # finished meanwhile
+        if attempt is not None and entry.attempt != attempt:
+            return  # another attempt's now (given back and taken again)
+        log.warning("request %s %s: undoing it", rid, why)
+        await self.undo(rid, placed=False, attempt=entry.attempt)
+        await self._write(partial(ledger.give_back, request_id=rid, attempt=entry.attempt))
+
+    async def note_orphans(self) -> None:
+        """At start-up, before any request, on a database no other process
+        serves (a SQLite file: `strato serve` holds its lock): a request still
+        placing was at work in a process that is gone, so the first recovery
+        round undoes it and gives it back, instead of its deadline (up to
+        `request_timeout` later) while every retry of its id waits. With
+        PostgreSQL other workers may be at theirs: the deadline decides."""
+        if not self.db.is_sqlite:
+            return
+        self._orphans = await self._read(ledger.unanswered)
+        if self._orphans:
+            log.info("%d request(s) left unanswered by an earlier process: undoing them",
+                     len(self._orphans))
 
     async def _decided(self, request_id: str | None, attempt: str | None) -> bool | None:
         """Whether a split placement left committing is to be finished (True),

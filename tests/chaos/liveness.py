@@ -3,9 +3,12 @@ them loosely, the long run prints them against the 5 s targets).
 
 * heal_to_use: for each healed fault, seconds from the heal (restart
   answered, SIGCONT sent, link up) until the root's first 200 that places a
-  consumer in the healed zone's subtree. A zone never used again before the
-  workload ended counts as (end - heal) and is flagged censored; a heal in
-  the last 5 s of the workload is not measured.
+  consumer in the healed zone's subtree (for the root: its next placement
+  anywhere, as every zone is in its subtree). A zone never used again before
+  the workload ended counts as (end - heal) and is flagged censored; so is
+  one struck again (a fault on it or above it) before it was used, its clock
+  stopped at that fault's start: the time after it belongs to the next heal.
+  A heal in the last 5 s of the workload is not measured.
 * longest_gap: the longest time with no successful placement while at least
   half the cells were up (no fault on them or above them) and had room (seen
   directly by the monitor: a small request fits). Time in which that
@@ -28,7 +31,8 @@ TOO_LATE = 5.0
 
 @dataclass
 class Liveness:
-    heal_to_use: list[tuple[str, str, float, bool]] = field(default_factory=list)
+    # (kind, zone, seconds, why censored: "" when it was used again)
+    heal_to_use: list[tuple[str, str, float, str]] = field(default_factory=list)
     unmeasured: list[tuple[str, str]] = field(default_factory=list)  # healed too late
     longest_gap: float = 0.0
     gap_at: float = 0.0
@@ -44,8 +48,9 @@ class Liveness:
         return max(values) if values else None
 
     def report(self) -> str:
-        lines = [f"  {kind:<10} {zone:<6} used again after {d:5.1f}s"
-                 + (" (never, run ended)" if censored else "")
+        lines = [f"  {kind:<10} {zone:<6} "
+                 + (f"not used in {d:5.1f}s ({censored})" if censored
+                    else f"used again after {d:5.1f}s")
                  for kind, zone, d, censored in self.heal_to_use]
         lines += [f"  {kind:<10} {zone:<6} healed too near the end to measure"
                   for kind, zone in self.unmeasured]
@@ -72,9 +77,16 @@ def measure(cluster: Cluster, history: History) -> Liveness:
             continue
         used = next((t for t, path in successes
                      if t >= ev.healed and ev.zone in path.split("/")), None)
-        censored = used is None
-        out.heal_to_use.append((ev.kind, ev.zone, (end if used is None else used) - ev.healed,
-                                censored))
+        above = set(cluster.ancestors(ev.zone))
+        again = min((e.start for e in history.events
+                     if e.start >= ev.healed and e.zone in above), default=None)
+        if again is not None and (used is None or again < used):
+            out.heal_to_use.append((ev.kind, ev.zone, again - ev.healed,
+                                    f"struck again at t={again:.1f}"))
+        elif used is None:
+            out.heal_to_use.append((ev.kind, ev.zone, end - ev.healed, "never, run ended"))
+        else:
+            out.heal_to_use.append((ev.kind, ev.zone, used - ev.healed, ""))
     out.longest_gap, out.gap_at = _longest_gap(cluster, history, [t for t, _ in successes],
                                                end)
     return out

@@ -1,9 +1,11 @@
 """The nemesis: one fault at a time, seeded, each healed before the next.
 
-Faults: kill -9 a cell or a mid and restart it on the same port and
-database; SIGSTOP a mid then SIGCONT it; cut the namespaced cell's link and
-bring it back. One at a time keeps each heal time unambiguous for the
-liveness figures; the workload runs throughout.
+Faults: kill -9 a cell, a mid or the root and restart it on the same port
+and database; SIGSTOP a mid or a cell then SIGCONT it; cut the namespaced
+cell's link and bring it back. One at a time keeps each heal time
+unambiguous for the liveness figures; the workload runs throughout (while
+the root is down its clients get connection errors: attempts without an
+answer, retried with the same request id).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from tests.chaos.cluster import Cluster
 from tests.chaos.history import Event, History
 
-KINDS = ("kill_cell", "kill_mid", "pause_mid", "partition")
+KINDS = ("kill_cell", "kill_mid", "kill_root", "pause_mid", "pause_cell", "partition")
 
 
 class Nemesis:
@@ -70,8 +72,10 @@ class Nemesis:
     def _fault(self, kind: str) -> None:
         rng = self.rng
         cl = self.cluster
-        if kind == "kill_cell":
+        if kind in ("kill_cell", "pause_cell"):
             zone = rng.choice(cl.cells)
+        elif kind == "kill_root":
+            zone = cl.root.name
         elif kind in ("kill_mid", "pause_mid"):
             zone = rng.choice(["mid1", "mid2"])
         else:
@@ -83,7 +87,7 @@ class Nemesis:
             z.kill()
             self._stop.wait(rng.uniform(1.0, 3.0))
             _restart(z.start)
-        elif kind == "pause_mid":
+        elif kind.startswith("pause"):
             z.pause()
             self._stop.wait(rng.uniform(2.0, 5.0))
             z.resume()

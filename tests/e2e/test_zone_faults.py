@@ -269,3 +269,75 @@ def test_a_consumer_placed_before_a_root_restart_is_not_placed_in_a_second_cell(
             r = d.post("/strato/v1/schedule", json={**r2, "constraints": at("dfw")})
             assert r.status_code == 409, r.text
             assert r.json()["errors"][0]["code"] == "placement.concurrent_update", r.text
+
+
+def test_a_consumer_undone_by_a_cancel_is_placed_again_in_its_anti_affinity_group(
+        tmp_path: Path) -> None:
+    """Chaos seed 308 (kill_root): a request for three members of an
+    anti-affinity group was placed in the cells while the root died; the
+    restarted root undid it (a cancel by request id, as here), which took the
+    allocations but left the consumers in the cells' group. Every later try
+    to place the same consumers there lost its claim to itself (the claim's
+    re-check of the group counted the consumer it had just written as a
+    member already there): 409 concurrent_update, ten claims in a row, on
+    every retry, in an idle tree. A retry places it."""
+    root = zone(tmp_path, "root").start()
+    with over_two_cells(tmp_path, root) as procs, api.client(root.url) as c:
+        group = f"g-{uuid.uuid4()}"
+        rule = [*at("ord"), {"type": "anti_affinity", "level": "host"}]
+        first = req(request_id=f"r1-{uuid.uuid4()}", group=group, constraints=rule)
+        consumer = first["consumers"][0]
+        r = c.post("/strato/v1/schedule", json=first)
+        assert r.status_code == 200, r.text
+        assert r.json()["placements"][0]["zone"] == "root/ord"
+        r = c.post("/strato/v1/requests/cancel", json={"request_id": first["request_id"]})
+        assert r.status_code == 200, r.text
+        wait_for(lambda: allocations(procs["ord"], consumer) == {})
+        again = {**first, "request_id": f"r2-{uuid.uuid4()}"}
+        r = until_not_503(c, "POST", "/strato/v1/schedule", json=again)
+        assert r.status_code == 200, r.text
+        assert r.json()["placements"][0]["zone"] == "root/ord"
+        assert allocations(procs["ord"], consumer)
+        assert vcpu_used(procs["ord"]) == 8
+
+
+def test_a_request_at_work_when_the_root_died_is_answered_soon_after_its_restart(
+        tmp_path: Path) -> None:
+    """Chaos seed 300 (kill_root): the root died while its child worked on a
+    request. The restarted root found the request still placing in its
+    ledger and left it so until its deadline (--request-timeout, 30 s): every
+    retry of the id meanwhile waited 10 s and got 409 request_in_progress. A
+    process that serves its SQLite file alone knows that nobody is at work on
+    it any more: it undoes it at once, and the retry is placed, once."""
+    slow = ["--child-timeout", "20"]  # the root waits for the held request
+    root = zone(tmp_path, "root", extra=slow).start()
+    procs = {"root": root}
+    try:
+        port = free_port()
+        relay = HoldingRelay(port, pattern=b"/strato/v1/schedule").start()
+        procs["dfw"] = zone(tmp_path, "dfw", root, [
+            "--location-prefix", "dfw", "--advertise-url", f"http://127.0.0.1:{relay.port}"],
+            port=port).start()
+        hosts(procs["dfw"], "dfw", ["dfw/room1/rack1/h0"])
+        body = req(request_id=f"r-{uuid.uuid4()}")
+        consumer = body["consumers"][0]
+        with api.client(root.url) as c:
+            wait_for(lambda: (children(c).get("dfw", {}).get("summary") or {})
+                     .get("providers") == 1)
+            with pytest.raises(httpx.TimeoutException):
+                c.post("/strato/v1/schedule", json=body, timeout=2.0)
+        assert relay.held >= 1, "the request never reached the cell"
+        root.kill()
+        relay.release()
+        procs["root"] = again = zone(tmp_path, "root", extra=slow, port=root.port).start()
+        with api.client(again.url) as c:
+            began = time.monotonic()
+            r = until_not_503(c, "POST", "/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+            assert time.monotonic() - began < 8.0
+            assert [p["zone"] for p in r.json()["placements"]] == ["root/dfw"]
+        wait_for(lambda: vcpu_used(procs["dfw"]) == 8)
+        assert [a["resources"] for a in allocations(procs["dfw"], consumer).values()] == [
+            {"VCPU": 8}]
+    finally:
+        stop_all(procs)
