@@ -40,6 +40,7 @@ PUBLIC_PREFIX = "/docs/static/"
 # Pages a browser opens: it sends the token as HTTP Basic's password, and is
 # asked for it on a 401 (api/routes/ui.py).
 BROWSER_PATHS = frozenset({"/ui"})
+STRATO_PREFIX = "/strato/"
 # Sent on every zone-to-zone call (strato/zone/transport.py HEADERS).
 ZONE_PROTOCOL_HEADER = "x-strato-zone-protocol"
 
@@ -135,10 +136,14 @@ class StratoMiddleware:
             # First: a call that went round a cycle is refused whatever it
             # carries (the token it has may be for another zone).
             ZONE_PATH.set(zone_path(headers, self.zone_id, self.zone_name))
-            zone_call = ZONE_PROTOCOL_HEADER in headers
-            ERROR_CODES.set(zone_call)
+            # Strato's own API (/strato/...) and zone-to-zone calls always say
+            # their code (a client tells strato.zone_unavailable from a full
+            # cloud by it, with or without a version header); Placement's
+            # routes from microversion 1.23 on, as Placement's do.
+            always = ZONE_PROTOCOL_HEADER in headers or scope["path"].startswith(STRATO_PREFIX)
+            ERROR_CODES.set(always)
             version = microversion.parse(headers)
-            ERROR_CODES.set(zone_call or version >= microversion.V1_23)
+            ERROR_CODES.set(always or version >= microversion.V1_23)
             scope[microversion.SCOPE_KEY] = version
             out_headers += [
                 (b"openstack-api-version", f"placement {version}".encode()),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -47,3 +49,18 @@ def test_an_accept_header_out_of_grammar_is_disregarded(client: TestClient, acce
     got = client.get("/resource_providers", headers={"accept": accept})
     assert got.status_code == 200
     assert got.json() == {"resource_providers": []}
+
+
+def test_stratos_own_api_says_its_error_codes_without_a_version_header(
+        client: TestClient) -> None:
+    """Placement's routes carry `code` from 1.23 on only; Strato's own API
+    always does (its clients, `curl` and `strato schedule` among them, send
+    no microversion, and tell an outage from a full cloud by the code)."""
+    r = client.post("/strato/v1/schedule", headers={"openstack-api-version": "placement 1.0"},
+                    json={"consumers": [str(uuid.uuid4())], "project_id": "p",
+                          "user_id": "u", "groups": [{"resources": {"VCPU": 1}}]})
+    assert r.status_code == 409, r.text
+    assert r.json()["errors"][0]["code"] == "strato.no_valid_placement"
+    r = client.get("/resource_providers/" + str(uuid.uuid4()),
+                   headers={"openstack-api-version": "placement 1.0"})
+    assert r.status_code == 404 and "code" not in r.json()["errors"][0]
