@@ -245,21 +245,16 @@ def _check_capacity(
 ) -> None:
     rp_ids = sorted({k[0] for k in demand})
     rc_name = {v: k for k, v in rc_ids.items()}
-    # Usage by everyone except the consumers being rewritten, and by everyone
-    # (before this write), per inventory row.
+    # Usage by everyone except the consumers being rewritten, per inventory row.
     invs: dict[tuple[int, int], Inventory] = {}
     used: dict[tuple[int, int], int] = {}
-    before: dict[tuple[int, int], int] = {}
     for r in raw.all(
             "SELECT i.resource_provider_id, i.resource_class_id, i.total, i.reserved, "
             "i.min_unit, i.max_unit, i.step_size, i.allocation_ratio, "
             "(SELECT COALESCE(SUM(a.used), 0) FROM allocations a "
             "WHERE a.resource_provider_id = i.resource_provider_id "
             "AND a.resource_class_id = i.resource_class_id "
-            f"AND a.consumer_id NOT IN ({marks(len(consumer_uuids))})), "
-            "(SELECT COALESCE(SUM(a.used), 0) FROM allocations a "
-            "WHERE a.resource_provider_id = i.resource_provider_id "
-            "AND a.resource_class_id = i.resource_class_id) "
+            f"AND a.consumer_id NOT IN ({marks(len(consumer_uuids))})) "
             f"FROM inventories i WHERE i.resource_provider_id IN ({marks(len(rp_ids))})",
             [*consumer_uuids, *rp_ids]):
         key = (int(r[0]), int(r[1]))
@@ -267,7 +262,6 @@ def _check_capacity(
             resource_class=rc_name.get(key[1], str(key[1])), total=r[2], reserved=r[3],
             min_unit=r[4], max_unit=r[5], step_size=r[6], allocation_ratio=r[7])
         used[key] = int(r[8])
-        before[key] = int(r[9])
     for rp_id, _, rc_id, amount in rows:
         key = (rp_id, rc_id)
         inv = invs.get(key)
@@ -288,13 +282,21 @@ def _check_capacity(
         have = used.get(key, 0)
         # As Placement: over capacity (an inventory shrunk below its usage) a
         # write may still go through if it leaves the usage no higher than it
-        # was, so a provider that is over can still be moved off or resized down.
-        if have + amount > inv.capacity and have + amount > before.get(key, 0):
+        # was, so a provider that is over can still be moved off or resized down
+        # (its usage before the write read only then: not on a claim's path).
+        if have + amount > inv.capacity and have + amount > _usage(raw, key):
             raise errors.Conflict(
                 f"Unable to allocate inventory: Unable to create allocation for "
                 f"'{inv.resource_class}' on resource provider '{uuid_of[key[0]]}'. The "
                 f"requested amount would exceed the capacity ({amount} requested, "
                 f"{have} used of {inv.capacity}).")
+
+
+def _usage(raw: Raw, key: tuple[int, int]) -> int:
+    """Everyone's usage of one inventory row, as it is in the transaction."""
+    row = raw.all("SELECT COALESCE(SUM(used), 0) FROM allocations "
+                  "WHERE resource_provider_id = ? AND resource_class_id = ?", list(key))
+    return int(row[0][0])
 
 
 # Projects, users and consumer types are never renamed or deleted, so once

@@ -1678,6 +1678,10 @@ class ZoneTree:
     async def _take_over(self, rid: str, attempt: str | None, why: str) -> None:
         """Abandon request `rid` (only its attempt `attempt`, if given), undo its
         parts and give its reservation back: a retry then works afresh."""
+        if attempt is not None:
+            now = await self._read(partial(ledger.lookup, request_id=rid))
+            if now is None or now.attempt != attempt:
+                return  # given back and taken again: not the one left behind
         await self._write(partial(ledger.abandon, request_id=rid))
         entry = await self._read(partial(ledger.lookup, request_id=rid))
         if entry is None or entry.state != State.ABANDONED:
