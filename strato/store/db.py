@@ -644,10 +644,7 @@ class _LazySync:
                     return
             time.sleep(LAZY_SYNC_S)
             self.sync()
-            try:
-                self._db.checkpoint()
-            except Exception:
-                log.exception("could not checkpoint %s", self._db.engine.url.database)
+            _checkpoint_logged(self._db)
 
     def sync(self) -> None:
         with self._cv:
@@ -794,10 +791,7 @@ class _Checkpointer:
                 if self._closed:
                     return
                 self._commits = 0
-            try:
-                self._db.checkpoint()
-            except Exception:
-                log.exception("could not checkpoint %s", self._db.engine.url.database)
+            _checkpoint_logged(self._db)
 
     def close(self) -> None:
         with self._cv:
@@ -806,10 +800,15 @@ class _Checkpointer:
             thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
-        try:
-            self._db.checkpoint()  # what the last commits left in the WAL
-        except Exception:
-            log.exception("could not checkpoint %s", self._db.engine.url.database)
+        _checkpoint_logged(self._db)  # what the last commits left in the WAL
+
+
+def _checkpoint_logged(db: Database) -> None:
+    """`db.checkpoint()` for a background thread: a failure is logged, not raised."""
+    try:
+        db.checkpoint()
+    except Exception:
+        log.exception("could not checkpoint %s", db.engine.url.database)
 
 
 def _resolve(fut: asyncio.Future[None], error: OSError | None) -> None:
