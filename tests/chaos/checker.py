@@ -50,6 +50,11 @@ history lines that led to it:
   failure domain at the group's level.
 * spread: more live instances of one request in one domain than its hard
   topology spread rule's max_per_domain.
+* cancelled_but_held: an admin cancelled the request by its id (the cancel
+  answered 200, or an attempt was answered 409 request_cancelled), whatever
+  its answers were before, yet it holds.
+* placed_after_cancel: an attempt sent after a cancel was carried out got a
+  200 (a cancelled id must be refused, never placed again).
 * stray_allocation: a consumer no request of this run named.
 * inconsistent_read: GET /allocations/{consumer} and the providers'
   allocations disagree.
@@ -196,6 +201,9 @@ class Checker:
 
     def _requests(self) -> None:
         for req in self.history.requests.values():
+            if req.cancels:
+                self._cancelled(req)
+                continue
             oks = req.oks()
             if oks:
                 self._acknowledged(req, oks)
@@ -211,6 +219,38 @@ class Checker:
                     kind = "refused_but_held" if refused_only else "unacknowledged_but_held"
                     self._add(kind, f"no 200 for this request, yet held: {held}", req,
                               consumer, list(held))
+
+    def _cancelled(self, req: Request) -> None:
+        """A request an admin cancelled by its id, racing its attempts: once
+        the cancel is carried out, nothing of it may stay held, and no attempt
+        sent after may be placed. A cancel that never got an answer may or may
+        not have been carried out: each consumer then holds nothing, or what
+        a 200 said."""
+        at = req.cancelled_at()
+        done = at is not None or any(a.outcome == "cancelled" for a in req.attempts)
+        if at is not None:
+            for a in req.oks():
+                if a.sent > at:
+                    self._add("placed_after_cancel", f"attempt #{a.number} sent at "
+                              f"{a.sent:.3f}, after the cancel carried out at {at:.3f}, "
+                              "was placed", req)
+        oks = req.oks()
+        placed = {p["consumer_uuid"]: p for p in oks[0].answer["placements"]} if oks else {}
+        for consumer in req.consumers:
+            held = self.snap.held(consumer)
+            if not held:
+                continue
+            if done:
+                self._add("cancelled_but_held", f"cancelled, yet held: {held}", req,
+                          consumer, list(held))
+                continue
+            p = placed.get(consumer)
+            if p is None:
+                self._add("unacknowledged_but_held", f"no 200 for this request, yet "
+                          f"held: {held}", req, consumer, list(held))
+            elif held != expected_parts(p):
+                self._add("acked_differs", f"answered {expected_parts(p)}, held {held}",
+                          req, consumer, list(held))
 
     def _write_unknown(self, req: Request) -> None:
         """An allocations write across zones with no definite answer: made

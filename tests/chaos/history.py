@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 NO_VALID = "strato.no_valid_placement"
+CANCELLED = "strato.request_cancelled"
 
 
 @dataclass
@@ -33,13 +34,17 @@ class Attempt:
 
     @property
     def outcome(self) -> str:
-        """ok (200), refused (409 no_valid_placement: a definite no), or unknown
-        (anything else: 503 zone_unavailable, 409 request_in_progress, other
-        409s, 5xx, no answer): the request may or may not have taken effect."""
+        """ok (200), refused (409 no_valid_placement: a definite no), cancelled
+        (409 request_cancelled: an admin cancelled the request id, whatever it
+        placed is undone), or unknown (anything else: 503 zone_unavailable, 409
+        request_in_progress, other 409s, 5xx, no answer): the request may or
+        may not have taken effect."""
         if self.status == 200:
             return "ok"
         if self.status == 409 and self.code == NO_VALID:
             return "refused"
+        if self.status == 409 and self.code == CANCELLED:
+            return "cancelled"
         return "unknown"
 
     def line(self, request_id: str) -> str:
@@ -65,6 +70,7 @@ class Request:
     kind: str
     body: dict[str, Any]
     attempts: list[Attempt] = field(default_factory=list)
+    cancels: list[Cancel] = field(default_factory=list)
 
     @property
     def consumers(self) -> list[str]:
@@ -76,8 +82,34 @@ class Request:
     def resolved(self) -> bool:
         return any(a.outcome != "unknown" for a in self.attempts)
 
+    def cancelled_at(self) -> float | None:
+        """When the first cancel that was carried out (200) ended; None if none was."""
+        done = [c.done for c in self.cancels if c.status == 200 and c.done is not None]
+        return min(done) if done else None
+
     def lines(self) -> list[str]:
-        return [a.line(self.request_id) for a in sorted(self.attempts, key=lambda a: a.sent)]
+        events: list[tuple[float, str]] = [(a.sent, a.line(self.request_id))
+                                           for a in self.attempts]
+        events += [(c.sent, c.line()) for c in self.cancels]
+        return [line for _, line in sorted(events, key=lambda e: e[0])]
+
+
+@dataclass
+class Cancel:
+    """An admin cancelled a request by its id at the root (POST
+    /strato/v1/requests/cancel), racing the request's own attempts; one record
+    per call. status None: no answer."""
+
+    request_id: str
+    sent: float
+    done: float | None = None
+    status: int | None = None
+    error: str | None = None
+
+    def line(self) -> str:
+        got = f"{self.status}" if self.status is not None else f"no answer ({self.error})"
+        return (f"  {self.sent:8.3f}..{self.done or 0:8.3f}   cancel {self.request_id} "
+                f"-> {got}")
 
 
 @dataclass
@@ -147,6 +179,10 @@ class History:
     def add_attempt(self, req: Request, attempt: Attempt) -> None:
         with self._lock:
             req.attempts.append(attempt)
+
+    def add_cancel(self, req: Request, cancel: Cancel) -> None:
+        with self._lock:
+            req.cancels.append(cancel)
 
     def add_release(self, rel: Release) -> None:
         with self._lock:

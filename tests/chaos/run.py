@@ -39,6 +39,7 @@ class SeedResult:
     requests: int = 0
     placed: int = 0
     refused: int = 0
+    cancelled: int = 0
     unresolved: int = 0
     status_503: int = 0
     no_answer: int = 0
@@ -126,7 +127,10 @@ def _count(res: SeedResult, history: History) -> None:
     res.requests = len(history.requests)
     res.events = len(history.events)
     for req in history.requests.values():
-        if any(a.answer and a.answer.get("placements") for a in req.oks()):
+        if req.cancelled_at() is not None or any(a.outcome == "cancelled"
+                                                 for a in req.attempts):
+            res.cancelled += 1
+        elif any(a.answer and a.answer.get("placements") for a in req.oks()):
             res.placed += 1
         elif req.oks():
             pass  # atomic=false with nothing placed: neither placed nor refused
@@ -138,7 +142,8 @@ def _count(res: SeedResult, history: History) -> None:
         res.no_answer += sum(1 for a in req.attempts if a.status is None)
 
 
-HEADER = (f"{'seed':>4} {'reqs':>5} {'placed':>6} {'refused':>7} {'unres':>5} {'503s':>5} "
+HEADER = (f"{'seed':>4} {'reqs':>5} {'placed':>6} {'refused':>7} {'canc':>4} {'unres':>5} "
+          f"{'503s':>5} "
           f"{'noans':>5} {'faults':>6} {'heal->use med/max':>17} {'gap':>5} {'viol':>5}  kinds")
 
 
@@ -148,7 +153,8 @@ def row(r: SeedResult) -> str:
     med, mx = r.liveness.median_heal, r.liveness.max_heal
     heal = "-" if med is None or mx is None else f"{med:.1f}/{mx:.1f}s"
     kinds = ", ".join(f"{k}={n}" for k, n in sorted(r.kinds().items())) or "-"
-    return (f"{r.seed:>4} {r.requests:>5} {r.placed:>6} {r.refused:>7} {r.unresolved:>5} "
+    return (f"{r.seed:>4} {r.requests:>5} {r.placed:>6} {r.refused:>7} {r.cancelled:>4} "
+            f"{r.unresolved:>5} "
             f"{r.status_503:>5} {r.no_answer:>5} {r.events:>6} {heal:>17} "
             f"{r.liveness.longest_gap:>4.1f}s {len(r.violations):>5}  {kinds}")
 

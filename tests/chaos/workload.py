@@ -22,7 +22,15 @@ from typing import Any
 import httpx
 
 from tests.chaos.cluster import HEADERS, Cluster
-from tests.chaos.history import NO_VALID, Attempt, History, Release, Request, RoomSample
+from tests.chaos.history import (
+    NO_VALID,
+    Attempt,
+    Cancel,
+    History,
+    Release,
+    Request,
+    RoomSample,
+)
 
 PATIENT_TIMEOUT = 8.0
 # Above this many live consumers a client releases instead of placing: the
@@ -33,7 +41,7 @@ RETRIES = 3
 # Relative weights of the operations a client picks from.
 MIX: dict[str, int] = {"plain": 20, "multi": 12, "anti": 12, "gang": 6, "spread": 6,
                        "pool_disk": 10, "pool_ip": 8, "duplicate": 8, "impatient": 8,
-                       "nova": 8, "release": 22}
+                       "nova": 8, "cancel": 6, "release": 22}
 
 
 def zone_of(path: str) -> str:
@@ -71,6 +79,7 @@ class Workload:
         self._lock = threading.Lock()
         self._live: list[Live] = []  # acknowledged and not released yet
         self._acked: set[str] = set()  # every consumer ever acknowledged
+        self._cancelled: set[str] = set()  # request ids an admin cancelled (200)
         self._groups: list[tuple[str, str]] = []  # (group name, anti-affinity level)
         self._counter = 0
         self.errors: list[str] = []  # exceptions in the clients themselves
@@ -101,7 +110,7 @@ class Workload:
             "gang": self._gang, "spread": self._spread,
             "pool_disk": self._pool_disk, "pool_ip": self._pool_ip,
             "duplicate": self._duplicate, "impatient": self._impatient,
-            "nova": self._nova, "release": self._release}
+            "nova": self._nova, "cancel": self._cancel, "release": self._release}
         names, weights = list(MIX), list(MIX.values())
         with httpx.Client(base_url=self.cluster.root.url, headers=HEADERS) as c:
             while not self._stop.is_set():
@@ -266,6 +275,64 @@ class Workload:
         if att.answer is not None:
             self._acknowledged(req.request_id, att.answer)
 
+    def _cancel(self, c: httpx.Client, rng: random.Random, who: str) -> None:
+        """An admin cancels a request by its id at the root, racing it: before
+        it arrives, while it works (a split among cells, a pool part at the root
+        or at a mid zone), or just after its answer. Whatever it placed must end
+        undone, and no attempt after the cancel may place it."""
+        shape = rng.random()
+        if shape < 0.35:
+            body = self._body(rng, rng.choice([1, 2]), {"VCPU": 1, "MEMORY_MB": 256})
+            if rng.random() < 0.4:
+                body["groups"][0]["resources"]["DISK_GB"] = 10
+        elif shape < 0.7:
+            body = self._body(rng, rng.randint(3, 5), {"VCPU": 8, "MEMORY_MB": 256},
+                              atomic=rng.random() < 0.6)
+            if rng.random() < 0.4:
+                body["groups"][0]["resources"]["DISK_GB"] = 20
+        else:
+            body = self._body(rng, 1, {"VCPU": 1, "IPV4_ADDRESS": 1})
+        rid = self._new_id(rng)
+        req = self.history.request(rid, "cancel", {**body, "request_id": rid})
+        delay = rng.choice([rng.uniform(0.0, 0.03), rng.uniform(0.03, 0.3),
+                            rng.uniform(0.3, 1.2)])
+        t = threading.Thread(target=self._cancel_later, args=(req, delay, who + "x"),
+                             daemon=True)
+        t.start()
+        self.schedule(c, "cancel", body, rid, who)
+        t.join(PATIENT_TIMEOUT * (RETRIES + 2))
+
+    def _cancel_later(self, req: Request, delay: float, who: str) -> None:
+        time.sleep(delay)
+        with httpx.Client(base_url=self.cluster.root.url, headers=HEADERS) as c:
+            for n in range(RETRIES + 2):
+                if self.send_cancel(c, req):
+                    return
+                if self._stop.is_set():
+                    return  # the resolution pass settles it
+                time.sleep(0.3 + 0.3 * n)
+
+    def send_cancel(self, c: httpx.Client, req: Request) -> bool:
+        """One cancel call; True when it was carried out (200)."""
+        can = Cancel(req.request_id, self.history.now())
+        try:
+            r = c.post("/strato/v1/requests/cancel", json={"request_id": req.request_id},
+                       timeout=PATIENT_TIMEOUT)
+            can.status = r.status_code
+            if r.status_code != 200:
+                can.error = r.text[:300]
+        except httpx.HTTPError as exc:
+            can.error = f"{type(exc).__name__}: {exc}"[:300]
+        can.done = self.history.now()
+        self.history.add_cancel(req, can)
+        if can.status == 200:
+            with self._lock:
+                self._cancelled.add(req.request_id)
+                gone = set(req.consumers)
+                self._live = [lv for lv in self._live if lv.consumer not in gone]
+            return True
+        return False
+
     def _written(self, consumer: str, allocations: dict[str, Any]) -> dict[str, Any]:
         """A written consumer as a schedule answer places it: the host's zone,
         and each provider's own zone (the pool's: the root)."""
@@ -315,6 +382,8 @@ class Workload:
 
     def _acknowledged(self, rid: str, answer: dict[str, Any]) -> None:
         with self._lock:
+            if rid in self._cancelled:
+                return  # undone by the cancel: nothing of it to release
             for p in answer.get("placements", []):
                 # Once: a duplicate's or a retry's 200 may come after the
                 # consumer was released already.
@@ -330,12 +399,19 @@ class Workload:
                 if not self._live:
                     return
                 live = self._live.pop(rng.randrange(len(self._live)))
-            self.release(live)
+            self.release(live, through_root=rng.random() < 0.4)
 
-    def release(self, live: Live) -> Release:
+    def release(self, live: Live, *, through_root: bool = False) -> Release:
+        """DELETE /allocations/{consumer} at each zone holding a part, or once at
+        the root (the tree as one Placement: the root finds the zone below
+        that holds it, and deletes its own pool's part too)."""
         rel = Release(live.consumer, live.request_id, self.history.now())
-        for zone in sorted(live.zones):
-            rel.zones[zone] = self._delete(zone, live.consumer)
+        if through_root:
+            got = self._delete("root", live.consumer)
+            rel.zones = {zone: got for zone in sorted(live.zones)}
+        else:
+            for zone in sorted(live.zones):
+                rel.zones[zone] = self._delete(zone, live.consumer)
         rel.done = self.history.now()
         self.history.add_release(rel)
         return rel
@@ -368,7 +444,16 @@ class Workload:
         # holds it to all or nothing.
         todo = [r for r in self.history.requests.values()
                 if not r.resolved() and r.kind != "nova"]
+        uncancelled = [r for r in self.history.requests.values()
+                       if r.cancels and r.cancelled_at() is None]
         with httpx.Client(base_url=self.cluster.root.url, headers=HEADERS) as c:
+            # A cancel that got no answer is sent again first, as its admin
+            # would: the request's own resend then finds it cancelled.
+            for req in uncancelled:
+                for _ in range(RETRIES):
+                    if self.send_cancel(c, req):
+                        break
+                    time.sleep(1.0)
             for req in todo:
                 for n in range(1, RETRIES + 1):
                     if self.send(c, req, "final", 100 + n, PATIENT_TIMEOUT).outcome != "unknown":
