@@ -32,12 +32,18 @@ class InDoubt:
 
 
 def add(conn: Connection, child: str, request_id: str, consumers: Sequence[str],
-        reason: str) -> None:
-    """Record one request in doubt (idempotent per child and request id)."""
+        reason: str) -> bool:
+    """Record one request in doubt (idempotent per child and request id);
+    False if it already was."""
+    found = conn.execute(sa.select(in_doubt.c.id).where(
+        in_doubt.c.child == child, in_doubt.c.request_id == request_id)).first()
+    if found is not None:
+        return False
     insert_ignore(conn, in_doubt, [{
         "child": child, "request_id": request_id,
         "consumers": orjson.dumps(list(consumers)).decode(), "reason": reason[:1000],
         "attempts": 0, "created_at": utcnow()}])
+    return True
 
 
 def pending(conn: Connection, child: str | None = None, limit: int = 500) -> list[InDoubt]:

@@ -439,12 +439,16 @@ class ZoneTree:
                             why: str) -> None:
         """Record, durably and before going elsewhere, that `child` may have
         acted on `request_id` (a part id): it is cancelled there later."""
-        await self._write(lambda conn: in_doubt.add(conn, child, request_id, consumers, why))
+        new = await self._write(
+            lambda conn: in_doubt.add(conn, child, request_id, consumers, why))
         if self._doubtful is None:
             self._doubtful = set()
         self._doubtful.add(child)
-        log.warning("request %s is in doubt at child %s (%s): cancelled there when it "
-                    "answers again", request_id, child, why)
+        # Once per part: a parent re-sending its cancel while the child is
+        # still down finds the part in doubt already.
+        log.log(logging.WARNING if new else logging.DEBUG,
+                "request %s is in doubt at child %s (%s): cancelled there when it "
+                "answers again", request_id, child, why)
 
     async def in_doubt_counts(self) -> dict[str, int]:
         counts = await self._read(in_doubt.counts)
