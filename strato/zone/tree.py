@@ -1084,7 +1084,11 @@ class ZoneTree:
             retry: list[Outcome] = []
             answer = await self._decide(req, pruned, retry, attempt, local=False,
                                         penalty=penalty)
-            outcomes = [o for o in outcomes if o.outcome != Result.PRUNED] + retry
+            # What was said of the others (this zone's own providers among
+            # them) stands: only the children looked at again are replaced.
+            again = {c.name for c in pruned}
+            outcomes = [o for o in outcomes
+                        if not (o.outcome == Result.PRUNED and o.zone in again)] + retry
         if answer is None and len(req.consumers) > 1 and not outage(outcomes):
             # No child takes it whole: divide it among several (zone/split.py),
             # this zone's own providers among them.

@@ -305,3 +305,29 @@ def test_best_mode_below_the_zone_asked_compares_fewer(tmp_path: Path) -> None:
         await schedule(tree, req(1, mode="best"))
         assert sorted(asked) == ["dfw-r1", "dfw-r2", "ord-r1"], asked
     run(tmp_path, scenario)
+
+
+def test_a_refusal_explains_the_zones_own_providers_too(tmp_path: Path) -> None:
+    """A zone with providers of its own and a child: when nothing fits, the
+    explanation says why its own providers did not, beside the child's
+    pruning (the second look at the pruned children dropped it)."""
+    async def main() -> None:
+        tree = build(tmp_path, [ZoneSpec("top"),
+                                ZoneSpec("kid", parent="top", location_prefix="x/kid")])
+        try:
+            await tree.link()
+            for i in range(2):
+                await host(tree.client("top"), f"top-h{i}", f"x/top/rack{i}/h{i}", vcpu=4)
+                await host(tree.client("kid"), f"kid-h{i}", f"x/kid/rack{i}/h{i}")
+            body = (await tree.client("top").post("/strato/v1/schedule",
+                                                  json=req(1, vcpu=16))).json()
+            reasons = {o["zone"]: o["reason"] for o in body["explain"]["children"]}
+            assert reasons == {"(own providers)": "pruned: no capacity (VCPU largest free "
+                                                  "4 < 16)",
+                               "kid": "pruned: no capacity (VCPU largest free 8 < 16)"}
+            assert body["errors"][0]["detail"].endswith(
+                "own providers: pruned: no capacity (VCPU largest free 4 < 16); kid: pruned: "
+                "no capacity (VCPU largest free 8 < 16)")
+        finally:
+            await tree.aclose()
+    asyncio.run(main())
