@@ -26,10 +26,13 @@ class ServerProcess:
 
     def __init__(self, db_url: str, *, port: int | None = None, extra: list[str] | None = None,
                  log_path: Path | None = None,
-                 tls: tuple[str, str, str] | None = None) -> None:
+                 tls: tuple[str, str, str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         """`tls`: (certificate, key, CA) files; the server runs with mutual TLS
-        and start() checks it with them."""
+        and start() checks it with them. `env`: added to this process's
+        environment for the server's."""
         self.tls = tls
+        self.env = env or {}
         self.db_url = db_url
         self.port = port or free_port()
         self.extra = extra or []
@@ -55,7 +58,7 @@ class ServerProcess:
         if self.tls is not None:
             cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1], "--tls-ca", self.tls[2]]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=out, env={**os.environ})
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=out, env={**os.environ, **self.env})
         try:
             self._wait_ready(cmd, timeout)
         except BaseException:

@@ -177,6 +177,9 @@ class Summary(_Message):
     # The zones whose providers it counts, this one first (None: an older
     # zone). A parent that finds its own id there is in a cycle with it.
     zone_ids: list[ZoneId] | None = Field(default=None, max_length=MAX_ZONE_IDS)
+    # The zone's clock (Unix time) as it answered (zone/clock.py); None: an
+    # older zone.
+    clock: Annotated[float, Field(gt=0.0, lt=2.0**40, strict=False)] | None = None
 
     @field_validator("classes")
     @classmethod

@@ -58,7 +58,7 @@ from strato.store.children import Child
 from strato.store.db import Database
 from strato.store.ledger import State
 from strato.store.util import utcnow
-from strato.zone import protocol, shared, split, subtree, sweep
+from strato.zone import clock, protocol, shared, split, subtree, sweep
 from strato.zone import summary as summaries
 from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_id
 from strato.zone.failures import FailureMemory, Refusal, shape_of
@@ -150,6 +150,8 @@ class ZoneTree:
     transport: Transport
     config: TreeConfig = field(default_factory=TreeConfig)
     health: dict[str, Health] = field(default_factory=dict)
+    # Each child's clock against this zone's (zone/clock.py), from its summaries.
+    clocks: dict[str, clock.Skew] = field(default_factory=dict)
     cache: dict[str, Cached] = field(default_factory=dict)
     # What each child refused, until its summary says room grew there.
     failures: FailureMemory = field(default_factory=FailureMemory)
@@ -253,9 +255,32 @@ class ZoneTree:
     def health_of(self, name: str) -> Health:
         return self.health.setdefault(name, Health())
 
+    def their_time(self, child: str, t: float) -> float:
+        """`t` (a deadline, this zone's clock) in `child`'s clock."""
+        skew = self.clocks.get(child)
+        return t if skew is None else t + skew.offset()
+
+    def _note_clock(self, child: str, body: dict[str, Any], sent: float,
+                    received: float) -> None:
+        stamp = body.get("clock")
+        if not isinstance(stamp, float):
+            return  # an older zone: its clock is taken to be right
+        skew = self.clocks.setdefault(child, clock.Skew())
+        before = skew.offset()
+        skew.note(stamp, sent, received)
+        after = skew.offset()
+        if abs(after - before) > 1.0 or (after == 0.0) != (before == 0.0):
+            if after == 0.0:
+                log.warning("child zone %s's clock agrees with this zone's again", child)
+            else:
+                log.warning("child zone %s's clock is %.1f s %s this zone's: the deadlines "
+                            "sent to it are given in its time; set both clocks right "
+                            "(NTP)", child, abs(after), "ahead of" if after > 0 else "behind")
+
     def forget_child(self, name: str) -> None:
         self.cache.pop(name, None)
         self.health.pop(name, None)
+        self.clocks.pop(name, None)
         self.failures.forget(name)
 
     async def fetch_summary(self, child: Child, *, fresh: bool = False
@@ -266,12 +291,14 @@ class ZoneTree:
         path = "/strato/v1/summary?fresh=1" if fresh else "/strato/v1/summary"
         timeout = self.config.child_timeout if fresh else min(self.config.child_timeout,
                                                               PROBE_TIMEOUT_S)
+        sent = time.time()
         try:
             reply = await self.transport.call(child.url, "GET", path,
                                               token=child.credential, timeout=timeout)
         except Unreachable as exc:
             h.failed(exc.why, faulty=isinstance(exc, Malformed), timed_out=exc.timed_out)
             return None
+        received = time.time()
         if protocol.is_loop(reply.status, reply.body):
             # Its summary would count this zone (or the call came back here):
             # the tree has a cycle through it.
@@ -290,6 +317,7 @@ class ZoneTree:
             return None
         was_down = not h.healthy
         h.ok()
+        self._note_clock(child.name, body, sent, received)
         self.cache[child.name] = Cached(body, time.monotonic())
         if was_down:
             log.info("child zone %s answers again", child.name)
@@ -1343,9 +1371,11 @@ class ZoneTree:
         if budget <= 0.01:
             return Outcome(child.name, Result.TIMEOUT, "not asked: the request's time ran out")
         pid = await self._record(attempt, child.name, req)
+        sent_deadline = deadline if attempt else req.deadline
         body = split.for_child(req).model_copy(update={
             "hops": req.hops + 1, "request_id": pid,
-            "deadline": deadline if attempt else req.deadline})
+            "deadline": None if sent_deadline is None
+            else self.their_time(child.name, sent_deadline)})
         try:
             # A little past the child's deadline: an answer it gives at its
             # deadline still arrives (a little: what is past it comes out of
@@ -1583,6 +1613,8 @@ class ZoneTree:
                          consumers: Sequence[str], deadline: float) -> Any:
         """Send a claim message to `child`: its Reply, or an Outcome when it did
         not answer (a claim that may have arrived is recorded in doubt)."""
+        if body.get("deadline") is not None:
+            body = {**body, "deadline": self.their_time(child.name, float(body["deadline"]))}
         try:
             return await self.transport.call(child.url, "POST", route,
                                               token=child.credential, json=body,

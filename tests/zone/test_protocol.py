@@ -100,6 +100,10 @@ def test_summary_keeps_only_what_was_sent() -> None:
      "children.0.age_s"),
     ({"zone": "a/b"}, "zone"),
     ({"zone": ""}, "zone"),
+    ({"clock": "now"}, "clock"),
+    ({"clock": float("nan")}, "clock"),
+    ({"clock": -1.0}, "clock"),
+    ({"clock": 1e300}, "clock"),
 ])
 def test_summary_lies_are_faulty(over: dict[str, Any], field: str) -> None:
     assert field in reason(protocol.read_summary, summary(**over))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import time
 import uuid as uuidlib
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -135,9 +136,13 @@ class ClaimRequest(BaseModel):
 def _view(tree: ZoneTree, c: store.Child, doubt: dict[str, int] | None = None
           ) -> dict[str, Any]:
     cached = tree.cache.get(c.name)
+    skew = tree.clocks.get(c.name)
+    best = skew.best() if skew else None
     return {"name": c.name, "url": c.url, "location_prefix": c.location_prefix,
             "tags": list(c.tags), "health": tree.health_of(c.name).as_dict(),
             "in_doubt": (doubt or {}).get(c.name, 0),
+            # Its clock minus this zone's, as its summaries tell (None: not known).
+            "clock_offset_s": None if best is None else round(best.offset, 3),
             "summary": cached.body if cached else None}
 
 
@@ -148,8 +153,10 @@ async def get_summary(request: Request, fresh: bool = False) -> Response:
     deps.require_admin(request, "strato:summary:show")
     # The zones that asked (this one is last): a summary that would count one
     # of them is a 508, the tree has a cycle.
-    return json_response(await tree_of(request).summary(fresh=fresh,
-                                                         callers=ZONE_PATH.get()[:-1]))
+    body = await tree_of(request).summary(fresh=fresh, callers=ZONE_PATH.get()[:-1])
+    # Read as it answers, not when the summary was made: its parent tells its
+    # clock from this (zone/clock.py).
+    return json_response({**body, "clock": time.time()})
 
 
 @router.get("/groups/{name}")
