@@ -21,10 +21,12 @@ from dataclasses import dataclass
 
 # Offsets up to this (beyond the sample's own uncertainty) are left alone.
 TOLERANCE_S = 0.5
-# The recent samples the best is chosen from (one per summary fetch: at the
-# default summary interval, the last quarter minute or so), so that a clock
-# set right (or wrong) again is followed within seconds.
+# The recent samples the best is chosen from (one per summary fetch).
 SAMPLES = 16
+# A sample whose range (offset +- error) misses the best one's by more than
+# this says a clock was set (the child's, by NTP or by hand, or this zone's):
+# the samples before it are of another clock, and are dropped at once.
+STEP_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +47,11 @@ class Skew:
         received at `received` (this zone's clock)."""
         if received < sent:
             return  # this zone's clock was set back meanwhile: no sample
-        self._samples.append(Sample(their_now - (sent + received) / 2,
-                                    (received - sent) / 2))
+        new = Sample(their_now - (sent + received) / 2, (received - sent) / 2)
+        best = self.best()
+        if best is not None and abs(new.offset - best.offset) > new.error + best.error + STEP_S:
+            self._samples.clear()
+        self._samples.append(new)
         best = self.best()
         assert best is not None
         self._offset = (0.0 if abs(best.offset) <= best.error + TOLERANCE_S

@@ -42,6 +42,8 @@ TOKEN = "admin"
 JOIN_TOKEN = "chaos-join"
 HEADERS = {"x-auth-token": TOKEN, "openstack-api-version": "placement 1.39"}
 LEVELS = ("site", "room", "rack", "host")
+# libfaketime (Debian: apt-get install libfaketime), for the clock nemesis.
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 HOST_INVENTORY = {"VCPU": {"total": 16}, "MEMORY_MB": {"total": 16384}}
 # The pools are small on purpose: their exhaustion (a split that must undo
 # its held part) is part of every run.
@@ -83,6 +85,9 @@ class Zone:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    # libfaketime's offset for the next start ("+20s", "-15s"): its wall clock
+    # wrong, the monotonic one right. None: the true time.
+    clock_skew: str | None = None
 
     @property
     def url(self) -> str:
@@ -117,7 +122,12 @@ class Zone:
     def start(self, timeout: float = 90.0) -> Zone:
         log = open(self.workdir / f"{self.name}.log", "ab")  # noqa: SIM115
         try:
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log)
+            env = None
+            if self.clock_skew is not None:
+                env = {**os.environ, "LD_PRELOAD": str(FAKETIME_LIB),
+                       "FAKETIME": self.clock_skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                       "FAKETIME_NO_CACHE": "1"}
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log, env=env)
         finally:
             log.close()  # the child has its own descriptor
         self.paused = False

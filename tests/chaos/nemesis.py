@@ -2,7 +2,9 @@
 
 Faults: kill -9 a cell, a mid or the root and restart it on the same port
 and database; SIGSTOP a mid or a cell then SIGCONT it; cut the namespaced
-cell's link and bring it back. One at a time keeps each heal time
+cell's link and bring it back; restart a cell with its wall clock 10-25 s
+off (libfaketime; left out where it is not installed) and, some seconds
+later, with the true time again. One at a time keeps each heal time
 unambiguous for the liveness figures; the workload runs throughout (while
 the root is down its clients get connection errors: attempts without an
 answer, retried with the same request id).
@@ -15,10 +17,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from tests.chaos.cluster import Cluster
+from tests.chaos.cluster import FAKETIME_LIB, Cluster
 from tests.chaos.history import Event, History
 
-KINDS = ("kill_cell", "kill_mid", "kill_root", "pause_mid", "pause_cell", "partition")
+KINDS = ("kill_cell", "kill_mid", "kill_root", "pause_mid", "pause_cell", "partition",
+         *(("skew_cell",) if FAKETIME_LIB.exists() else ()))
 
 
 class Nemesis:
@@ -74,6 +77,10 @@ class Nemesis:
         cl = self.cluster
         if kind in ("kill_cell", "pause_cell"):
             zone = rng.choice(cl.cells)
+        elif kind == "skew_cell":
+            # Not the namespaced cell: `ip netns exec` would run under the
+            # fake clock too.
+            zone = rng.choice([c for c in cl.cells if c != cl.partitioned_cell])
         elif kind == "kill_root":
             zone = cl.root.name
         elif kind in ("kill_mid", "pause_mid"):
@@ -83,7 +90,19 @@ class Nemesis:
         z = cl.zones[zone]
         ev = Event(kind, zone, self.history.now())
         self.history.add_event(ev)
-        if kind.startswith("kill"):
+        if kind == "skew_cell":
+            skew = f"{rng.choice('+-')}{rng.randint(10, 25)}s"
+            ev.note = f"clock {skew}"
+            z.kill()
+            z.clock_skew = skew
+            try:
+                _restart(z.start)
+                self._stop.wait(rng.uniform(5.0, 9.0))
+                z.kill()
+            finally:
+                z.clock_skew = None
+            _restart(z.start)
+        elif kind.startswith("kill"):
             z.kill()
             self._stop.wait(rng.uniform(1.0, 3.0))
             _restart(z.start)

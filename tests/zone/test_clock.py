@@ -35,14 +35,27 @@ def test_an_uncertain_sample_is_not_acted_on() -> None:
     assert skew.offset() == 0.0
 
 
-def test_a_clock_set_right_again_is_followed() -> None:
+def test_a_clock_set_right_again_is_followed_at_once() -> None:
+    """Samples of one clock all hold the true offset; one that cannot means a
+    clock was set: the older samples (however precise) are of another clock."""
     skew = clock.Skew()
     for i in range(clock.SAMPLES):
         skew.note(2000.0 + i, sent=1000.0 + i, received=1000.001 + i)
     assert skew.offset() == pytest.approx(1000.0, abs=0.01)
-    for i in range(clock.SAMPLES):
-        skew.note(1100.0 + i, sent=1100.0 + i, received=1100.002 + i)
+    skew.note(1100.0, sent=1099.9, received=1100.1)  # +-0.1, a worse round trip
     assert skew.offset() == 0.0
+    skew.note(1090.0, sent=1100.0, received=1100.01)  # now 10 s behind
+    assert skew.offset() == pytest.approx(-10.005, abs=0.01)
+
+
+def test_samples_of_one_clock_are_kept() -> None:
+    """Jitter within the samples' own error is no clock step: the precise
+    sample stays the best."""
+    skew = clock.Skew()
+    skew.note(1030.0, sent=1000.0, received=1000.002)  # offset 30 +- 0.001
+    skew.note(1040.5, sent=1010.0, received=1011.0)  # 30.0 +- 0.5
+    skew.note(1050.2, sent=1019.9, received=1020.5)  # 30.0 +- 0.3
+    assert skew.best() == clock.Sample(pytest.approx(29.999), pytest.approx(0.001))
 
 
 def test_this_zones_clock_set_back_meanwhile_is_no_sample() -> None:
