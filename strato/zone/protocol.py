@@ -179,7 +179,7 @@ class Summary(_Message):
     zone_ids: list[ZoneId] | None = Field(default=None, max_length=MAX_ZONE_IDS)
     # The zone's clock (Unix time) as it answered (zone/clock.py); None: an
     # older zone.
-    clock: Annotated[float, Field(gt=0.0, lt=2.0**40, strict=False)] | None = None
+    clock: Annotated[float, Field(gt=0.0, lt=2.0**40)] | None = None
 
     @field_validator("classes")
     @classmethod

@@ -101,6 +101,8 @@ def test_summary_keeps_only_what_was_sent() -> None:
     ({"zone": "a/b"}, "zone"),
     ({"zone": ""}, "zone"),
     ({"clock": "now"}, "clock"),
+    ({"clock": "1764300000.5"}, "clock"),
+    ({"clock": True}, "clock"),
     ({"clock": float("nan")}, "clock"),
     ({"clock": -1.0}, "clock"),
     ({"clock": 1e300}, "clock"),
