@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all install browser demo test test-fast lint bench clean chaos chaos-short
+.PHONY: all install browser faketime demo test test-fast lint bench clean chaos chaos-short
 
 all: test
 
@@ -38,7 +38,19 @@ browser:
 	  else echo "no chromium: the browser test will be skipped (apt-get install chromium chromium-driver)"; fi; \
 	fi
 
-test: $(STAMP) browser
+# The clock tests (tests/e2e/test_zone_clock.py, and the chaos suite's
+# skew_cell fault) run a zone under libfaketime; installed here the same way.
+faketime:
+	@if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing libfaketime for the clock tests"; \
+	    (apt-get install -y -qq libfaketime >/dev/null 2>&1 || \
+	     (apt-get update -qq && apt-get install -y -qq libfaketime >/dev/null)) \
+	    || echo "could not install libfaketime: the clock tests will be skipped"; \
+	  else echo "no libfaketime: the clock tests will be skipped (apt-get install libfaketime)"; fi; \
+	fi
+
+test: $(STAMP) browser faketime
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
@@ -49,7 +61,7 @@ test-fast: $(STAMP)
 # every zone's store checked. Exits non-zero on any safety violation.
 SEEDS ?= 1-10
 DURATION ?= 75
-chaos: $(STAMP)
+chaos: $(STAMP) faketime
 	$(BIN)/python -m tests.chaos.run --seeds $(SEEDS) --duration $(DURATION) $(CHAOS_ARGS)
 
 chaos-short: $(STAMP)
