@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from strato.store.schema import zone_meta
@@ -27,7 +28,13 @@ def get(conn: Connection, key: str) -> str | None:
 
 
 def put(conn: Connection, key: str, value: str | None) -> None:
-    """Set `key` (None: remove it)."""
-    conn.execute(sa.delete(zone_meta).where(zone_meta.c.key == key))
-    if value is not None:
-        conn.execute(sa.insert(zone_meta).values(key=key, value=value))
+    """Set `key` (None: remove it). One upsert: two workers of a zone on
+    PostgreSQL starting at once both set their heartbeat, and a delete then
+    an insert made one of them fail on the key (its start-up aborted)."""
+    if value is None:
+        conn.execute(sa.delete(zone_meta).where(zone_meta.c.key == key))
+        return
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    conn.execute(dialect.insert(zone_meta).values(key=key, value=value)
+                 .on_conflict_do_update(index_elements=[zone_meta.c.key],
+                                        set_={"value": value}))
