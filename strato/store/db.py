@@ -642,7 +642,10 @@ class _LazySync:
                     self._dirty_cv.wait()
                 if self._closed:
                     return
-            time.sleep(LAZY_SYNC_S)
+            # libfaketime's sleep, its clock set back mid-way, raises EINVAL:
+            # this thread must not die of it (the syncs would stop).
+            with contextlib.suppress(OSError):
+                time.sleep(LAZY_SYNC_S)
             self.sync()
             _checkpoint_logged(self._db)
 
