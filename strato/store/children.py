@@ -7,12 +7,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from strato.model import errors
 from strato.store.schema import children
-from strato.store.util import utcnow
+from strato.store.util import upsert_insert, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +60,7 @@ def upsert_child(conn: Connection, name: str, url: str, location_prefix: str | N
            "updated_at": now}
     if identity_hash is not None:
         row["identity_hash"] = identity_hash
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(children).values(**row, created_at=now)
+    stmt = upsert_insert(conn, children).values(**row, created_at=now)
     conn.execute(stmt.on_conflict_do_update(
         index_elements=[children.c.name],
         set_={k: stmt.excluded[k] for k in row if k != "name"}))

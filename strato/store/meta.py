@@ -27,7 +27,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from strato.model import errors
@@ -40,6 +39,7 @@ from strato.model.location import (
 from strato.store import changes
 from strato.store.providers import get_provider
 from strato.store.schema import provider_meta, resource_providers
+from strato.store.util import upsert_insert
 
 CHANGE_KIND = "meta"
 # The agent reports every 30 s by default; three missed reports make a provider stale.
@@ -233,8 +233,7 @@ def stale_provider_uuids(conn: Connection, now: datetime | None = None,
 
 
 def _upsert(conn: Connection, row: dict[str, object], update: Iterable[str]) -> None:
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    stmt = dialect.insert(pm).values(**row)
+    stmt = upsert_insert(conn, pm).values(**row)
     cols = {c: stmt.excluded[c] for c in update}
     conn.execute(stmt.on_conflict_do_update(index_elements=[pm.c.resource_provider_id],
                                             set_=cols))

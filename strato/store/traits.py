@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from strato.model import errors
@@ -15,7 +14,7 @@ from strato.model import names as model_names
 from strato.store import changes, providers
 from strato.store.db import lock_providers
 from strato.store.schema import resource_provider_traits, traits
-from strato.store.util import slices, utcnow
+from strato.store.util import slices, upsert_insert, utcnow
 
 rpt = resource_provider_traits
 
@@ -113,10 +112,9 @@ def ensure_trait(conn: Connection, name: str) -> tuple[Trait, bool]:
         raise errors.BadRequest(
             f"Invalid trait name {name!r}: a custom trait is CUSTOM_ followed by A-Z, 0-9 "
             f"and _, at most {model_names.MAX_NAME_LENGTH} characters")
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     now = utcnow()
     inserted = conn.execute(
-        dialect.insert(traits).values(name=name, created_at=now, updated_at=now)
+        upsert_insert(conn, traits).values(name=name, created_at=now, updated_at=now)
         .on_conflict_do_nothing().returning(traits.c.id)).first()
     return get_trait(conn, name), inserted is not None
 

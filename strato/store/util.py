@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -29,12 +29,19 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 
 
+def upsert_insert(conn: Connection, table: sa.Table) -> Any:
+    """An INSERT into `table` in this connection's dialect, which has
+    `on_conflict_do_nothing` and `on_conflict_do_update` (SQLite and
+    PostgreSQL spell them alike)."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table)
+
+
 def insert_ignore(conn: Connection, table: sa.Table, rows: list[dict[str, object]]) -> None:
     """INSERT rows, silently skipping those that hit a unique constraint."""
     if not rows:
         return
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    conn.execute(dialect.insert(table).on_conflict_do_nothing(), rows)
+    conn.execute(upsert_insert(conn, table).on_conflict_do_nothing(), rows)
 
 
 def get_or_create_id(conn: Connection, table: sa.Table, column: str, value: str) -> int:

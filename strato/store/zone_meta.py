@@ -5,11 +5,10 @@ from __future__ import annotations
 import secrets
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from strato.store.schema import zone_meta
-from strato.store.util import insert_ignore
+from strato.store.util import insert_ignore, upsert_insert
 
 IDENTITY = "identity"
 
@@ -34,7 +33,6 @@ def put(conn: Connection, key: str, value: str | None) -> None:
     if value is None:
         conn.execute(sa.delete(zone_meta).where(zone_meta.c.key == key))
         return
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    conn.execute(dialect.insert(zone_meta).values(key=key, value=value)
+    conn.execute(upsert_insert(conn, zone_meta).values(key=key, value=value)
                  .on_conflict_do_update(index_elements=[zone_meta.c.key],
                                         set_={"value": value}))
