@@ -57,16 +57,43 @@ def pending(conn: Connection, child: str | None = None, limit: int = 500) -> lis
             for r in conn.execute(q)]
 
 
-def of_request(conn: Connection, request_id: str) -> set[str]:
-    """The children where a part recorded under `request_id` (by any try of it)
-    is in doubt: what it placed there may still take room."""
-    rp = request_parts
-    q = (sa.select(in_doubt.c.child).distinct()
-         .join(rp, sa.and_(rp.c.part_id == in_doubt.c.request_id,
-                           rp.c.child == in_doubt.c.child))
-         .where(rp.c.request_id == request_id))
-    return set(conn.execute(q).scalars())
 
+# Above this many consumers a request's consumers are matched in Python over
+# every row of the children asked about, not by one LIKE each in SQL.
+MAX_LIKE = 32
+
+
+def earlier_tries(conn: Connection, request_id: str, consumers: Sequence[str] = (),
+                  children: Sequence[str] | None = None) -> list[InDoubt]:
+    """The parts in doubt (at `children`, if given) that an earlier try of a
+    request may have left: those recorded under `request_id` (by any try of
+    it at this zone), and those that hold one of `consumers` (a try that
+    reached this zone under another id: a parent's retry of one request comes
+    with a new part id, and so does each of its zone's parts below). Read on
+    a request's path only where something is in doubt."""
+    rp = request_parts
+    by_id = (sa.select(in_doubt)
+             .join(rp, sa.and_(rp.c.part_id == in_doubt.c.request_id,
+                               rp.c.child == in_doubt.c.child))
+             .where(rp.c.request_id == request_id))
+    if children is not None:
+        by_id = by_id.where(in_doubt.c.child.in_(list(children)))
+    rows = {r.id: r for r in conn.execute(by_id)}
+    wanted = set(consumers)
+    if wanted:
+        q = sa.select(in_doubt)
+        if children is not None:
+            q = q.where(in_doubt.c.child.in_(list(children)))
+        if len(wanted) <= MAX_LIKE:
+            q = q.where(sa.or_(*(in_doubt.c.consumers.contains(f'"{c}"', autoescape=True)
+                                 for c in sorted(wanted))))
+        for r in conn.execute(q):
+            if r.id not in rows and wanted.intersection(orjson.loads(r.consumers)):
+                rows[r.id] = r
+    return [InDoubt(id=int(r.id), child=r.child, request_id=r.request_id,
+                    consumers=tuple(orjson.loads(r.consumers)), reason=r.reason,
+                    attempts=int(r.attempts), last_error=r.last_error)
+            for _, r in sorted(rows.items())]
 
 def counts(conn: Connection) -> dict[str, int]:
     """Child name -> requests still in doubt there."""

@@ -90,6 +90,9 @@ PROBE_WAIT_S = 0.2
 # parent's wait); a cancel on a request's path waits at least MIN_CANCEL_S.
 CANCEL_SHARE = 0.8
 MIN_CANCEL_S = 0.5
+# A client's retry spends at most this share of its time cancelling what its
+# earlier tries left in doubt, before it is tried again.
+SETTLE_SHARE = 0.25
 # In delegate mode, a child that is not the last option gets this share of
 # the time left: one that hangs leaves time to ask the next.
 NEXT_SHARE = 0.5
@@ -797,6 +800,10 @@ class ZoneTree:
                 if isinstance(begun, dict):
                     return begun
                 attempt, sub = begun
+                if req.hops == 0:
+                    # (A parent's retries come under new part ids: no earlier
+                    # try has this one.)
+                    await self._settle_earlier(attempt, kids)
                 try:
                     return await self._attempt(sub, kids, attempt, client_id)
                 except _Duplicate:
@@ -887,7 +894,7 @@ class ZoneTree:
         if answer is None:
             down = outage(outcomes)
             if not down:
-                down = await self._leftovers(attempt.request_id, kids)
+                down = await self._leftovers(req, kids)
                 outcomes += down
             if down:
                 if not attempt.reserved and await self._read(
@@ -909,16 +916,63 @@ class ZoneTree:
         await self._final(attempt, State.PLACED, answer)
         return await self._with_summary(req, answer)
 
-    async def _leftovers(self, request_id: str, kids: Sequence[Child]) -> list[Outcome]:
-        """The children where an earlier try of `request_id` left a part in doubt:
-        until it is cancelled there, what it placed takes room the request may
-        need, so a refusal now is no answer (an outage of that try)."""
-        if self._doubtful is not None and not self._doubtful:
-            return []  # nothing in doubt anywhere: the usual case, no read
-        found = await self._read(partial(in_doubt.of_request, request_id=request_id))
+    async def _leftovers(self, req: ScheduleRequest, kids: Sequence[Child]
+                         ) -> list[Outcome]:
+        """The children where an earlier try of the request left a part in doubt
+        (see `_earlier`): until it is cancelled there, what it placed takes room
+        the request may need, so a refusal now is no answer (an outage of that
+        try)."""
+        found = {p.child for p in await self._earlier(req, [c.name for c in kids])}
         return [Outcome(c.name, Result.IN_DOUBT, "an earlier try of this request may "
                         "still hold room there: it is cancelled when the zone answers again")
                 for c in kids if c.name in found]
+
+    async def _earlier(self, req: ScheduleRequest, children: Sequence[str]
+                       ) -> list[in_doubt.InDoubt]:
+        """The parts in doubt at `children` that an earlier try of `req` may have
+        left: recorded under its id, or holding one of its consumers (a try
+        that came from a parent under another part id)."""
+        if self._doubtful is not None and not self._doubtful.intersection(children):
+            return []  # nothing in doubt there: the usual case, no read
+        assert req.request_id is not None
+        return await self._read(partial(in_doubt.earlier_tries, request_id=req.request_id,
+                                        consumers=req.consumers, children=children))
+
+    async def _settle_earlier(self, attempt: Attempt, kids: Sequence[Child]) -> None:
+        """Before a client's request is tried again, cancel what its earlier
+        tries left in doubt at the children that answer: the consumers they may
+        hold there would make the new try's claim a conflict (placement.
+        concurrent_update) and the room they take a refusal. What cannot be
+        cancelled now stays in doubt (the retry is then a 503 where it meets
+        it); the child's reconcile round tries again."""
+        if self._doubtful is not None and not self._doubtful:
+            return
+        found = await self._read(partial(in_doubt.earlier_tries,
+                                         request_id=attempt.request_id))
+        timeout = min(self.config.child_timeout,
+                      max(MIN_CANCEL_S, SETTLE_SHARE * attempt.remaining()))
+        await self._settle(found, kids, timeout)
+
+    async def _settle(self, rows: Sequence[in_doubt.InDoubt], kids: Sequence[Child],
+                      timeout: float) -> None:
+        """Cancel the parts in doubt `rows` at their children, at once, where
+        the child is due to be asked (healthy, or its probe due)."""
+        by_name = {c.name: c for c in kids}
+
+        async def one(row: in_doubt.InDoubt) -> None:
+            child = by_name.get(row.child)
+            if child is None or not self.health_of(row.child).due():
+                return
+            got = await self._send_cancel(child, row.request_id, timeout)
+            if got is None:
+                await self._write(partial(in_doubt.resolved, row_id=row.id))
+                log.info("request %s cancelled at child %s", row.request_id, row.child)
+            else:
+                await self._write(partial(in_doubt.attempt_failed, row_id=row.id,
+                                          error=got.why))
+        if rows:
+            await asyncio.gather(*(one(r) for r in rows))
+            await self.in_doubt_counts()
 
     async def _final(self, attempt: Attempt, state: State, body: dict[str, Any]) -> None:
         """Write the attempt's answer, once, over its reservation (made now if no
@@ -1431,6 +1485,16 @@ class ZoneTree:
             # A cycle through it or below it: its next summary fetch tells.
             self._note_answer(child.name, None)
             return Outcome(child.name, Result.LOOP, f"loop: {err.get('detail', '')}"[:300])
+        if reply.status == 409 and code == errors.CONCURRENT_UPDATE and attempt is not None:
+            earlier = await self._earlier(req, [child.name])
+            if earlier:
+                # Its consumers may be held there by an earlier try of this
+                # request whose part is in doubt (its answer was lost, the
+                # cancel has not got through): no definite answer. The child
+                # answers: the cancel goes now.
+                self.spawn(self._settle(earlier, [child], self.config.child_timeout))
+                return Outcome(child.name, Result.IN_DOUBT, "an earlier try of this request "
+                               "may still hold its consumers there: it is being cancelled")
         if reply.status == 400 or (reply.status == 409
                                    and code == errors.CONCURRENT_UPDATE):
             # The request itself is at fault (bad input, consumer exists):
