@@ -55,6 +55,10 @@ history lines that led to it:
   its answers were before, yet it holds.
 * placed_after_cancel: an attempt sent after a cancel was carried out got a
   200 (a cancelled id must be refused, never placed again).
+* own_consumers_refused: a schedule request was answered 409
+  placement.concurrent_update ("consumer exists") although no other request
+  of the run names its consumers: only its own earlier tries could hold
+  them, and what a lost try left is no answer (a 503 until it is cancelled).
 * stray_allocation: a consumer no request of this run named.
 * inconsistent_read: GET /allocations/{consumer} and the providers'
   allocations disagree.
@@ -73,6 +77,8 @@ import httpx
 from tests.chaos.cluster import HEADERS, LEVELS, Cluster
 from tests.chaos.history import History, Request
 from tests.chaos.workload import zone_of
+
+CONCURRENT_UPDATE = "placement.concurrent_update"
 
 # zone -> consumer -> provider -> resource class -> amount
 Holdings = dict[str, dict[str, dict[str, dict[str, int]]]]
@@ -173,6 +179,7 @@ class Checker:
     def run(self, *, cross_check: bool = True) -> list[Violation]:
         self._capacity()
         self._requests()
+        self._own_consumers()
         self._strays()
         self._anti_affinity()
         self._spread_caps()
@@ -219,6 +226,19 @@ class Checker:
                     kind = "refused_but_held" if refused_only else "unacknowledged_but_held"
                     self._add(kind, f"no 200 for this request, yet held: {held}", req,
                               consumer, list(held))
+
+    def _own_consumers(self) -> None:
+        named: dict[str, int] = defaultdict(int)
+        for req in self.history.requests.values():
+            for consumer in req.consumers:
+                named[consumer] += 1
+        for req in self.history.requests.values():
+            if req.kind == "nova" or any(named[c] > 1 for c in req.consumers):
+                continue
+            for a in req.attempts:
+                if a.status == 409 and a.code == CONCURRENT_UPDATE:
+                    self._add("own_consumers_refused", f"attempt #{a.number} was answered "
+                              f"409 {CONCURRENT_UPDATE}: {a.error}", req)
 
     def _cancelled(self, req: Request) -> None:
         """A request an admin cancelled by its id, racing its attempts: once
