@@ -499,18 +499,25 @@ class ZoneTree:
                 if (child is None or row.child in down
                         or (only is None and not self.health_of(row.child).due())):
                     continue  # removed (kept for the operator), or not answering
-                got = await self._send_cancel(child, row.request_id)
+                got = await self._settle_row(child, row)
                 if got is None:
                     settled += 1
-                    await self._write(partial(in_doubt.resolved, row_id=row.id))
-                    log.info("request %s cancelled at child %s", row.request_id, row.child)
-                else:
-                    if not got.answered:
-                        down.add(row.child)
-                    await self._write(partial(in_doubt.attempt_failed, row_id=row.id,
-                                              error=got.why))
+                elif not got.answered:
+                    down.add(row.child)
             await self.in_doubt_counts()
             return settled
+
+    async def _settle_row(self, child: Child, row: in_doubt.InDoubt,
+                          timeout: float | None = None) -> Unsettled | None:
+        """Cancel one part in doubt at its child; forgotten once done."""
+        got = await self._send_cancel(child, row.request_id, timeout)
+        if got is None:
+            await self._write(partial(in_doubt.resolved, row_id=row.id))
+            log.info("request %s cancelled at child %s", row.request_id, row.child)
+        else:
+            await self._write(partial(in_doubt.attempt_failed, row_id=row.id,
+                                      error=got.why))
+        return got
 
     async def _send_cancel(self, child: Child, request_id: str,
                            timeout: float | None = None) -> Unsettled | None:
@@ -949,6 +956,11 @@ class ZoneTree:
             return
         found = await self._read(partial(in_doubt.earlier_tries,
                                          request_id=attempt.request_id))
+        if not found:
+            return
+        # A failed child whose probe is due is probed first (briefly): one
+        # that answers again gets the cancel now.
+        await self._refresh_due([c for c in kids if c.name in {r.child for r in found}])
         timeout = min(self.config.child_timeout,
                       max(MIN_CANCEL_S, SETTLE_SHARE * attempt.remaining()))
         await self._settle(found, kids, timeout)
@@ -956,23 +968,17 @@ class ZoneTree:
     async def _settle(self, rows: Sequence[in_doubt.InDoubt], kids: Sequence[Child],
                       timeout: float) -> None:
         """Cancel the parts in doubt `rows` at their children, at once, where
-        the child is due to be asked (healthy, or its probe due)."""
+        the child is healthy (one that failed is left to its probe and the
+        reconcile round: a request does not wait on a zone likely down)."""
         by_name = {c.name: c for c in kids}
 
         async def one(row: in_doubt.InDoubt) -> None:
             child = by_name.get(row.child)
-            if child is None or not self.health_of(row.child).due():
+            if child is None or not self.health_of(row.child).healthy:
                 return
-            got = await self._send_cancel(child, row.request_id, timeout)
-            if got is None:
-                await self._write(partial(in_doubt.resolved, row_id=row.id))
-                log.info("request %s cancelled at child %s", row.request_id, row.child)
-            else:
-                await self._write(partial(in_doubt.attempt_failed, row_id=row.id,
-                                          error=got.why))
-        if rows:
-            await asyncio.gather(*(one(r) for r in rows))
-            await self.in_doubt_counts()
+            await self._settle_row(child, row, timeout)
+        await asyncio.gather(*(one(r) for r in rows))
+        await self.in_doubt_counts()
 
     async def _final(self, attempt: Attempt, state: State, body: dict[str, Any]) -> None:
         """Write the attempt's answer, once, over its reservation (made now if no
