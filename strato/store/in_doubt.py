@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import sqlalchemy as sa
@@ -51,11 +52,7 @@ def pending(conn: Connection, child: str | None = None, limit: int = 500) -> lis
     q = sa.select(in_doubt).order_by(in_doubt.c.id).limit(limit)
     if child is not None:
         q = q.where(in_doubt.c.child == child)
-    return [InDoubt(id=int(r.id), child=r.child, request_id=r.request_id,
-                    consumers=tuple(orjson.loads(r.consumers)), reason=r.reason,
-                    attempts=int(r.attempts), last_error=r.last_error)
-            for r in conn.execute(q)]
-
+    return [_row(r) for r in conn.execute(q)]
 
 
 # Above this many consumers a request's consumers are matched in Python over
@@ -90,10 +87,14 @@ def earlier_tries(conn: Connection, request_id: str, consumers: Sequence[str] = 
         for r in conn.execute(q):
             if r.id not in rows and wanted.intersection(orjson.loads(r.consumers)):
                 rows[r.id] = r
-    return [InDoubt(id=int(r.id), child=r.child, request_id=r.request_id,
-                    consumers=tuple(orjson.loads(r.consumers)), reason=r.reason,
-                    attempts=int(r.attempts), last_error=r.last_error)
-            for _, r in sorted(rows.items())]
+    return [_row(r) for _, r in sorted(rows.items())]
+
+
+def _row(r: sa.Row[Any]) -> InDoubt:
+    return InDoubt(id=int(r.id), child=r.child, request_id=r.request_id,
+                   consumers=tuple(orjson.loads(r.consumers)), reason=r.reason,
+                   attempts=int(r.attempts), last_error=r.last_error)
+
 
 def counts(conn: Connection) -> dict[str, int]:
     """Child name -> requests still in doubt there."""

@@ -901,7 +901,7 @@ class ZoneTree:
         if answer is None:
             down = outage(outcomes)
             if not down:
-                down = await self._leftovers(req, kids)
+                down = await self._leftovers(attempt, req.consumers, kids)
                 outcomes += down
             if down:
                 if not attempt.reserved and await self._read(
@@ -923,27 +923,28 @@ class ZoneTree:
         await self._final(attempt, State.PLACED, answer)
         return await self._with_summary(req, answer)
 
-    async def _leftovers(self, req: ScheduleRequest, kids: Sequence[Child]
-                         ) -> list[Outcome]:
+    async def _leftovers(self, attempt: Attempt, consumers: Sequence[str],
+                         kids: Sequence[Child]) -> list[Outcome]:
         """The children where an earlier try of the request left a part in doubt
         (see `_earlier`): until it is cancelled there, what it placed takes room
         the request may need, so a refusal now is no answer (an outage of that
         try)."""
-        found = {p.child for p in await self._earlier(req, [c.name for c in kids])}
+        found = {p.child for p in await self._earlier(attempt, consumers,
+                                                      [c.name for c in kids])}
         return [Outcome(c.name, Result.IN_DOUBT, "an earlier try of this request may "
                         "still hold room there: it is cancelled when the zone answers again")
                 for c in kids if c.name in found]
 
-    async def _earlier(self, req: ScheduleRequest, children: Sequence[str]
-                       ) -> list[in_doubt.InDoubt]:
-        """The parts in doubt at `children` that an earlier try of `req` may have
-        left: recorded under its id, or holding one of its consumers (a try
-        that came from a parent under another part id)."""
+    async def _earlier(self, attempt: Attempt, consumers: Sequence[str],
+                       children: Sequence[str]) -> list[in_doubt.InDoubt]:
+        """The parts in doubt at `children` that an earlier try of `attempt`'s
+        request may have left: recorded under its id, or holding one of its
+        `consumers` (a try that came from a parent under another part id)."""
         if self._doubtful is not None and not self._doubtful.intersection(children):
             return []  # nothing in doubt there: the usual case, no read
-        assert req.request_id is not None
-        return await self._read(partial(in_doubt.earlier_tries, request_id=req.request_id,
-                                        consumers=req.consumers, children=children))
+        return await self._read(partial(in_doubt.earlier_tries,
+                                        request_id=attempt.request_id,
+                                        consumers=consumers, children=children))
 
     async def _settle_earlier(self, attempt: Attempt, kids: Sequence[Child]) -> None:
         """Before a client's request is tried again, cancel what its earlier
@@ -1492,7 +1493,7 @@ class ZoneTree:
             self._note_answer(child.name, None)
             return Outcome(child.name, Result.LOOP, f"loop: {err.get('detail', '')}"[:300])
         if reply.status == 409 and code == errors.CONCURRENT_UPDATE and attempt is not None:
-            earlier = await self._earlier(req, [child.name])
+            earlier = await self._earlier(attempt, req.consumers, [child.name])
             if earlier:
                 # Its consumers may be held there by an earlier try of this
                 # request whose part is in doubt (its answer was lost, the
