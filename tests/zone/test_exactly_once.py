@@ -333,66 +333,47 @@ def test_no_refusal_is_kept_while_an_earlier_try_still_holds_the_room(tmp_path: 
     run(tmp_path, scenario)
 
 
+@pytest.mark.parametrize("lost_at", ["dfw", "dfw-r1"])
 def test_a_retry_is_not_refused_for_the_consumers_its_own_earlier_try_holds(
-        tmp_path: Path) -> None:
+        tmp_path: Path, lost_at: str) -> None:
     """A try placed the request in dfw's room and its answer was lost (dfw
     killed under load, in CI): the part is in doubt at the root. The retry,
     once dfw answers again, reached the leaf before the cancel of that part
     and got 409 placement.concurrent_update ("consumer exists"): a definite
     refusal for the consumers of its own earlier try. It is a 503 while that
-    part cannot be cancelled, and the retry cancels it first once it can."""
+    part cannot be cancelled, and the retry cancels it first once it can.
+
+    One level down (dfw lost dfw-r1's answer), the part in doubt is dfw's,
+    under a part id of the root's first try, and the root's retry comes to
+    dfw under a new one: dfw knows the earlier part by the consumers it
+    holds, answers 503 (not 409) and cancels it at once."""
     async def scenario(tree: InProcessTree) -> None:
         root = tree.client("global")
-        tree.lose_answers("dfw", "/strato/v1/schedule")
-        tree.delay("dfw", 3.0, "/strato/v1/requests/cancel")
-        b = req(2, request_id="own-consumers",
+        tree.lose_answers(lost_at, "/strato/v1/schedule")
+        tree.delay(lost_at, 3.0, "/strato/v1/requests/cancel")
+        b = req(2, request_id=f"own-consumers-{lost_at}",
                 constraints=[{"type": "location", "pattern": "dfw/room1/*"}])
         r = await root.post("/strato/v1/schedule", json=b)
         assert r.status_code == 503, r.text
         assert [await held_at(tree, c) for c in b["consumers"]] == [["dfw-r1"]] * 2
-        tree.revive("dfw")
-        tree.delay("dfw", 3.0, "/strato/v1/requests/cancel")
-        await asyncio.sleep(MAX_BACKOFF_S / 4)  # dfw's probe is due: it answers
+        tree.revive(lost_at)
+        tree.delay(lost_at, 3.0, "/strato/v1/requests/cancel")
+        await asyncio.sleep(MAX_BACKOFF_S / 4)  # its probe is due: it answers
         r = await root.post("/strato/v1/schedule", json=b)
         assert r.status_code == 503, r.text
         assert r.json()["errors"][0]["code"] == "strato.zone_unavailable"
         await tree.transport.settle()
-        tree.revive("dfw")
-        # No reconcile round in between: the retry cancels its earlier parts.
+        tree.revive(lost_at)
         r = await root.post("/strato/v1/schedule", json=b)
-        assert r.status_code == 200, r.text
-        assert [await held_at(tree, c) for c in b["consumers"]] == [["dfw-r1"]] * 2
-        invariants(tree, set(b["consumers"]))
-    run(tmp_path, scenario)
-
-
-def test_a_retry_is_not_refused_for_what_its_earlier_try_left_below_a_mid_zone(
-        tmp_path: Path) -> None:
-    """As above, one level down: dfw lost dfw-r1's answer, so the part in doubt
-    is dfw's, under a part id of the root's first try. The root's retry comes
-    to dfw under a new part id: dfw knows the earlier part by the consumers it
-    holds, and answers 503 (not 409) until it is cancelled."""
-    async def scenario(tree: InProcessTree) -> None:
-        root = tree.client("global")
-        tree.lose_answers("dfw-r1", "/strato/v1/schedule")
-        tree.delay("dfw-r1", 3.0, "/strato/v1/requests/cancel")
-        b = req(2, request_id="own-consumers-below",
-                constraints=[{"type": "location", "pattern": "dfw/room1/*"}])
-        r = await root.post("/strato/v1/schedule", json=b)
-        assert r.status_code == 503, r.text
-        assert [await held_at(tree, c) for c in b["consumers"]] == [["dfw-r1"]] * 2
-        tree.revive("dfw-r1")
-        tree.delay("dfw-r1", 3.0, "/strato/v1/requests/cancel")
-        await asyncio.sleep(MAX_BACKOFF_S / 4)
-        r = await root.post("/strato/v1/schedule", json=b)
-        assert r.status_code == 503, r.text
-        await tree.transport.settle()
-        tree.revive("dfw-r1")
-        for _ in range(20):
-            r = await root.post("/strato/v1/schedule", json=b)
-            if r.status_code != 503:
-                break
-            await asyncio.sleep(0.2)
+        if lost_at == "dfw-r1":
+            # dfw's cancel of its part went when dfw-r1 answered 409.
+            for _ in range(20):
+                if r.status_code != 503:
+                    break
+                await asyncio.sleep(0.2)
+                r = await root.post("/strato/v1/schedule", json=b)
+        # At the root, no reconcile round in between: the retry cancelled
+        # its earlier part first.
         assert r.status_code == 200, r.text
         assert [await held_at(tree, c) for c in b["consumers"]] == [["dfw-r1"]] * 2
         invariants(tree, set(b["consumers"]))
