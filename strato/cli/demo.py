@@ -714,6 +714,10 @@ def run_demo(providers: int = 2000, requests: int = 500, keep: bool = False,
     if threading.current_thread() is threading.main_thread():
         # A plain `kill` of the demo must stop the zones too, as Ctrl-C does.
         signal.signal(signal.SIGTERM, _interrupt)
+        # And Ctrl-C must, even where the demo was started with SIGINT ignored
+        # (a background job of a shell without job control: Python then keeps
+        # the ignore, and the demo ran on, its zones orphaned once killed).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         built = build(zp, opts, console)
         console.print(tree_view(zp, built.hosts, built.shared_pool))

@@ -65,8 +65,11 @@ def test_demo_small_tree_runs_kills_a_cell_and_keeps_the_invariants() -> None:
 
 @pytest.mark.slow
 def test_demo_interrupted_stops_every_zone_process() -> None:
+    # Started with SIGINT ignored, as a background job of a shell without job
+    # control starts it (a CI runner's): Ctrl-C must still stop the demo.
     proc = subprocess.Popen([*CMD, "--providers", "80", "--requests", "5000"], env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert proc.stdout is not None
     seen: list[str] = []
     deadline = time.monotonic() + 180
@@ -81,6 +84,10 @@ def test_demo_interrupted_stops_every_zone_process() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+            # Its zones too, once it failed to: the test stops what it started.
+            for pid in zone_pids("".join(seen)):
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
     out = "".join(seen) + rest
     pids = zone_pids(out)
     assert len(pids) == 7, out
