@@ -325,10 +325,13 @@ def test_a_write_of_10000_consumers_does_not_stop_the_server(
         "/reshaper", {"allocations": consumers, "inventories": {rp: {
             "resource_provider_generation": gen, "inventories": {"VCPU": {"total": 100_000}}}}})
     answers: list[httpx.Response] = []
+    took: list[float] = []
 
     def write() -> None:
         with api.client(server.url, timeout=60) as c:
+            t = time.monotonic()
             answers.append(c.post(path, json=body))
+            took.append(time.monotonic() - t)
 
     writer = threading.Thread(target=write)
     writer.start()
@@ -339,5 +342,7 @@ def test_a_write_of_10000_consumers_does_not_stop_the_server(
     assert answers and answers[0].status_code == 204, answers[0].text
     with api.client(server.url) as c:
         assert api.usages(c, rp) == {"VCPU": 10_000}
-    # Idle, 0.05-0.15 s (the parse of the body, which holds the GIL); 1.6 s before.
-    assert slowest_root < 0.5, slowest_root
+    # Idle, 0.05-0.15 s (the parse of the body, which holds the GIL) of a
+    # write of 1.5 s; before, the whole write. Against the write's own time,
+    # as a slow hour of the machine (twice as slow, in a CI run) slows both.
+    assert slowest_root < max(0.5, took[0] / 3), (slowest_root, took[0])
