@@ -64,6 +64,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
+from benchmarks import slowdisk
 from benchmarks.candidates import load_specs
 from benchmarks.client import HEADERS, KeepAlive
 from benchmarks.spec import TRAIT, ProviderSpec, aggregate_uuids, make_specs
@@ -268,16 +269,28 @@ def schedule_run(url: str, requests: int, clients: int, *, mode: str, group_size
     return run
 
 
-def strato_size(n: int, specs: Sequence[ProviderSpec], args: argparse.Namespace
-                ) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def fsync_ms(url: str) -> float | None:
+    """The server's mean fsync time so far (ms), from its /metrics."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    got = {}
+    for line in text.splitlines():
+        for key in ("sum", "count"):
+            if line.startswith(f"strato_db_sync_duration_seconds_{key} "):
+                got[key] = float(line.split()[1])
+    return round(got["sum"] / got["count"] * 1000, 3) if got.get("count") else None
+
+
+def strato_size(n: int, specs: Sequence[ProviderSpec], args: argparse.Namespace,
+                slow_disk_ms: float = 0.0) -> dict[str, Any]:
+    out: dict[str, Any] = {"slow_disk_ms": slow_disk_ms}
     with tempfile.TemporaryDirectory(prefix="strato-sched-bench-") as tmp:
         url = f"sqlite:///{tmp}/zone.db"
         t = time.perf_counter()
         out["racks"] = load(url, specs)
         out["bulk_load_s"] = round(time.perf_counter() - t, 2)
         t = time.perf_counter()
-        server = ServerProcess(url, log_path=Path(tmp) / "server.log").start(timeout=600)
+        server = ServerProcess(url, log_path=Path(tmp) / "server.log",
+                               env=slowdisk.env(slow_disk_ms)).start(timeout=600)
         try:
             out["server_start_s"] = round(time.perf_counter() - t, 2)
             with httpx.Client(base_url=server.url, headers=HEADERS, timeout=600) as c:
@@ -300,6 +313,7 @@ def strato_size(n: int, specs: Sequence[ProviderSpec], args: argparse.Namespace
                                        seconds=args.run_seconds, shapes=shapes)
                     runs.append({"clients": clients, "mode": mode, **run.summary()})
             out["runs"] = runs
+            out["fsync_mean_ms"] = fsync_ms(server.url)
         finally:
             server.stop()
     return out
@@ -358,9 +372,15 @@ def _log(msg: str) -> None:
 
 def verdicts(results: list[dict[str, Any]]) -> list[str]:
     """The issue's targets at 10,000 hosts, 8 clients, SQLite, against what was measured."""
-    out = []
+    out: list[str] = []
     for r in results:
         if r["hosts"] != 10_000:
+            continue
+        slow = r["strato"].get("slow_disk_ms") or 0
+        if slow:
+            # Only the claim's ratio to the dry run is asked of a slower disk.
+            out.extend(f"(each fsync {slow:g} ms slower) {line}" for line in verdicts(
+                [{**r, "strato": {**r["strato"], "slow_disk_ms": 0}}]) if "dry run" in line)
             continue
         by = {(x["clients"], x["mode"]): x for x in r["strato"]["runs"]}
         plain, aa = by.get((8, "plain")), by.get((8, "anti_affinity"))
@@ -413,9 +433,12 @@ def print_table(results: list[dict[str, Any]]) -> None:
                       f"{x['p50_ms']:>8.1f} {x['p99_ms']:>8.1f} {x['retries']:>7} "
                       f"{refused or ''}")
         s = r["strato"]
+        slow = f", each fsync {s['slow_disk_ms']:g} ms slower" if s.get("slow_disk_ms") else ""
+        fsync = ("" if s.get("fsync_mean_ms") is None
+                 else f", fsync mean {s['fsync_mean_ms']:.2f} ms")
         print(f"{r['hosts']:>7} strato: {r['provider_rows']} provider rows, {s['racks']} racks, "
               f"bulk load {s['bulk_load_s']} s, server start {s['server_start_s']} s, "
-              f"first request {s['first_request_s']} s")
+              f"first request {s['first_request_s']} s{fsync}{slow}")
     for line in verdicts(results):
         print(line)
 
@@ -442,12 +465,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "(a fresh database on the local server, Placement's usual deployment)")
     ap.add_argument("--peer-requests", type=int, default=16,
                     help="Placement placements per client count (it is slow)")
+    ap.add_argument("--slow-disk-ms", default="0",
+                    help="comma-separated: also measure Strato with each fsync of its server "
+                    "this many ms slower (a network block device, a busy host; see "
+                    "benchmarks/slowdisk.py); 0 is the machine's own disk")
     ap.add_argument("--json", type=Path, default=None,
                     help="where to write results (default benchmarks/results/schedule.json)")
     args = ap.parse_args(argv)
     args.clients = [int(c) for c in str(args.clients).split(",") if c]
     args.modes = [m for m in args.modes.split(",") if m]
     args.peer_db = [d for d in args.peer_db.split(",") if d]
+    args.slow_disk_ms = [float(d) for d in str(args.slow_disk_ms).split(",") if d]
     if set(args.peer_db) - {"sqlite", "postgresql"}:
         raise SystemExit(f"--peer-db: unknown database in {args.peer_db}")
     if set(args.modes) - {"plain", "anti_affinity", "dry_run", "mixed"}:
@@ -461,13 +489,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         specs = make_specs(n, seed=args.seed)
         if (n + HOSTS_PER_RACK - 1) // HOSTS_PER_RACK <= args.group_size:
             raise SystemExit(f"{n} hosts have too few racks for --group-size {args.group_size}")
-        result: dict[str, Any] = {"hosts": n, "provider_rows": len(specs),
-                                  "strato": strato_size(n, specs, args)}
-        if args.peer and n <= PEER_MAX_HOSTS:
-            for db in args.peer_db:
-                key = "placement" if db == "sqlite" else f"placement_{db}"
-                result[key] = peer_size(specs, args, db)
-        results.append(result)
+        for k, slow in enumerate(args.slow_disk_ms or [0.0]):
+            if slow:
+                _log(f"   each fsync {slow:g} ms slower")
+            result: dict[str, Any] = {"hosts": n, "provider_rows": len(specs),
+                                      "strato": strato_size(n, specs, args, slow)}
+            if args.peer and n <= PEER_MAX_HOSTS and k == 0:
+                for db in args.peer_db:
+                    key = "placement" if db == "sqlite" else f"placement_{db}"
+                    result[key] = peer_size(specs, args, db)
+            results.append(result)
     print_table(results)
     RESULTS.mkdir(exist_ok=True)
     path = args.json or RESULTS / "schedule.json"
