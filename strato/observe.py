@@ -23,6 +23,10 @@ class Observer:
     def committed(self, seconds: float) -> None:
         """A write transaction's commit took `seconds`."""
 
+    def synced(self, seconds: float) -> None:
+        """An fsync of the database's write-ahead log took `seconds` (SQLite,
+        synchronous FULL: commits wait for it; from the syncing threads)."""
+
     def refreshed(self, seconds: float) -> None:
         """The engine's index caught up with the store in `seconds`."""
 

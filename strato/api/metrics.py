@@ -82,6 +82,10 @@ class Metrics(Observer):
         self.commit_duration = Histogram(
             "strato_db_commit_duration_seconds", "Time of a write transaction's commit",
             buckets=BUCKETS, registry=self.registry)
+        self.sync_duration = Histogram(
+            "strato_db_sync_duration_seconds", "Time of an fsync of the SQLite database's "
+            "write-ahead log (commits that must be durable wait for one)",
+            buckets=BUCKETS, registry=self.registry)
         self.refresh_duration = Histogram(
             "strato_engine_refresh_duration_seconds", "Time for the in-memory index to "
             "catch up with the store", buckets=BUCKETS, registry=self.registry)
@@ -108,6 +112,9 @@ class Metrics(Observer):
 
     def committed(self, seconds: float) -> None:
         self.commit_duration.observe(seconds)
+
+    def synced(self, seconds: float) -> None:
+        self.sync_duration.observe(seconds)
 
     def refreshed(self, seconds: float) -> None:
         self.refresh_duration.observe(seconds)

@@ -73,9 +73,11 @@ def test_metrics_move_with_requests(client: TestClient) -> None:
     assert value(after, "strato_http_requests_total", method="POST",
                  route="/resource_providers", status="200") >= 1
     assert value(after, "strato_engine_providers") == 1
-    # The decision, the claim and the store, each timed.
+    # The decision, the claim and the store (its commits, and the fsyncs the
+    # claim waited for: SQLite FULL), each timed.
     for name in ("strato_plan_duration_seconds_count", "strato_claim_duration_seconds_count",
                  "strato_db_commit_duration_seconds_count",
+                 "strato_db_sync_duration_seconds_count",
                  "strato_engine_refresh_duration_seconds_count"):
         assert value(after, name) > value(before, name), name
     assert value(after, "strato_claim_duration_seconds_count") \

@@ -4,6 +4,7 @@ that does not (submit, run by the writer thread)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from strato.observe import Observer
-from strato.store.db import Database, _Batcher
+from strato.store.db import Database, _Batcher, _Pace
 from strato.store.raw import Raw
 
 ROWS = sa.table("t", sa.column("k", sa.Integer))
@@ -518,6 +519,87 @@ def test_a_wave_of_loop_writes_shares_one_commit_and_is_answered_once_durable(
     assert commits.count == 1
     assert threads == {threading.get_ident()}  # asyncio.run's loop runs here
     assert db._batcher._writer is None
+
+
+def test_turns_commit_in_halves_while_an_fsync_is_long_next_to_gathering_one() -> None:
+    """_Pace: a turn commits once as many jobs joined as requests were lately
+    at work at once; half of them while an fsync takes more than SPLIT_ABOVE
+    of a full turn's gathering (the loop would stand idle for it), whole again
+    below JOIN_BELOW, and unchanged between the two."""
+    pace = _Pace()
+    assert pace.size(8) == 8
+
+    def turns(fsync_s: float, n: int = 40) -> None:
+        for _ in range(n):  # a turn of 8 gathers in 4.2 ms: 0.6 ms a job
+            pace.synced(fsync_s)
+            size = pace.size(8)
+            pace.gathered(0.0006 * (size - 1), size, 8)
+
+    turns(0.0003)  # this machine's disk: 0.3 ms against 4.8 ms of gathering
+    assert pace.size(8) == 8
+    turns(0.002)  # a slow disk: 2 ms
+    assert (pace.size(8), pace.size(9), pace.size(4), pace.size(3)) == (4, 5, 2, 3)
+    turns(0.0013)  # between the two bounds: as it was
+    assert pace.size(8) == 4
+    turns(0.0003)
+    assert pace.size(8) == 8
+    turns(0.0013)
+    assert pace.size(8) == 8
+    pace.gathered(0.001, 1, 8)  # a turn of one job says nothing of the pace
+    assert pace.job_s == pytest.approx(0.0006)
+
+
+def test_a_slow_disk_has_the_loops_turns_commit_in_halves(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With fsyncs long next to the loop's gathering of a turn, requests at
+    work at once are committed in two turns: the first half's fsync runs while
+    the loop serves the second. The fsync's
+    time is what the syncing thread measures (and reports to the observer)."""
+    real_fsync = os.fsync
+    synced: list[float] = []
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.01)
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    # A slow hour here must not end a turn by its gathering timer instead.
+    monkeypatch.setattr(_Batcher, "GATHER_S", 0.1)
+
+    class Seen(_Commits):
+        def synced(self, seconds: float) -> None:
+            synced.append(seconds)
+    commits = Seen()
+    db.observer = commits
+
+    async def spread(base: int) -> list[int]:
+        """Eight requests at work at once, each planning 0.4 ms on the loop
+        (blocking it) before its write, one loop iteration after another."""
+        started = asyncio.Event()
+
+        async def one(k: int) -> int:
+            with db.expecting():
+                await started.wait()
+                for _ in range(k):
+                    await asyncio.sleep(0)
+                time.sleep(0.0004)
+                got: int = await db.written_here(insert(base + k))
+                return got
+        tasks = [asyncio.create_task(one(k)) for k in range(8)]
+        await asyncio.sleep(0)
+        started.set()
+        return list(await asyncio.gather(*tasks))
+
+    async def main() -> list[int]:
+        counts = []
+        for wave in range(3):
+            commits.count = 0
+            assert await spread(10 * wave) == [10 * wave + k for k in range(8)]
+            counts.append(commits.count)
+        return counts
+    counts = asyncio.run(main())
+    assert counts[0] == 1 and counts[-1] == 2, counts
+    assert stored(db) == {10 * w + k for w in range(3) for k in range(8)}
+    assert synced and min(synced) >= 0.01
 
 
 def test_a_loop_write_that_would_wait_goes_to_the_writer_thread(
