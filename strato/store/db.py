@@ -938,7 +938,7 @@ class _Pace:
     claim's rate as a share of the dry run's): turns always in halves cost
     ~10% on this machine's 0.4 ms fsyncs; this pace against turns always
     whole, runs taking turns: own disk 58-59% and 56-61%, each fsync 1 ms
-    slower 52-54% and 47-51%, 2 ms slower 49-53% and 36-41%."""
+    slower 52-54% and 47-54%, 2 ms slower 49-53% and 36-42%."""
 
     SPLIT_ABOVE = 0.35
     JOIN_BELOW = 0.2
