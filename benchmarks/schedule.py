@@ -466,9 +466,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--peer-requests", type=int, default=16,
                     help="Placement placements per client count (it is slow)")
     ap.add_argument("--slow-disk-ms", default="0",
-                    help="comma-separated: also measure Strato with each fsync of its server "
-                    "this many ms slower (a network block device, a busy host; see "
-                    "benchmarks/slowdisk.py); 0 is the machine's own disk")
+                    help="comma-separated: measure Strato with each fsync of its server this "
+                    "many ms slower, once per value (a network block device, a busy host; "
+                    "see benchmarks/slowdisk.py); 0, the default, is the machine's own disk")
     ap.add_argument("--json", type=Path, default=None,
                     help="where to write results (default benchmarks/results/schedule.json)")
     args = ap.parse_args(argv)
