@@ -466,6 +466,31 @@ class Database:
         finally:
             self._sqlite_write_lock.release()
 
+    def read_now(self, job: Callable[[Connection], T]) -> tuple[bool, T | None]:
+        """(True, its result) after running a small read `job` at once, in the
+        calling thread, on the connection `write_now` uses, when nobody else
+        holds it (SQLite only; WAL readers never wait for a writer). Otherwise
+        (False, None): read elsewhere. `job` must use the connection's cursor
+        (`store/raw.py`): each statement is its own snapshot."""
+        if not self.is_sqlite or self._turn is not None:
+            return False, None
+        if not self._sqlite_write_lock.acquire(blocking=False):
+            return False, None
+        try:
+            conn = self._inline_conn()
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            if driver.in_transaction:
+                return False, None
+            try:
+                return True, job(conn)
+            except sqlite3.OperationalError as exc:
+                if _busy(exc):
+                    return False, None
+                raise
+        finally:
+            self._sqlite_write_lock.release()
+
     def _wrote_inline(self) -> None:
         """After a commit on the inline connection (which never checkpoints)."""
         if self._lazy is not None:

@@ -17,6 +17,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from strato.store import ledger
 from strato.store.schema import in_doubt, request_parts
 from strato.store.util import insert_ignore, utcnow
 
@@ -76,6 +77,13 @@ def earlier_tries(conn: Connection, request_id: str, consumers: Sequence[str] = 
     if children is not None:
         by_id = by_id.where(in_doubt.c.child.in_(list(children)))
     rows = {r.id: r for r in conn.execute(by_id)}
+    # And those its answer's row carries (written with it: ledger.reserve).
+    carried = [(p.part_id, p.child) for p in ledger.parts_carried(conn, request_id)]
+    if carried:
+        q = sa.select(in_doubt).where(in_doubt.c.request_id.in_([pid for pid, _ in carried]))
+        if children is not None:
+            q = q.where(in_doubt.c.child.in_(list(children)))
+        rows.update({r.id: r for r in conn.execute(q) if (r.request_id, r.child) in carried})
     wanted = set(consumers)
     if wanted:
         q = sa.select(in_doubt)

@@ -97,20 +97,26 @@ def get_answer(conn: Connection, request_id: str) -> tuple[int, dict[str, Any]] 
 
 
 def reserve(conn: Connection, request_id: str, deadline: float | None = None,
-            attempt: str | None = None) -> bool:
+            attempt: str | None = None, *, answer: tuple[int, dict[str, Any]] | None = None,
+            parts: Sequence[Part] = ()) -> bool:
     """Claim `request_id` for this transaction (and `attempt`, at a routing
-    zone); False if another one has it.
+    zone); False if another one has it. With `answer` (status, body), the
+    request is finished at once: its reservation is its answer, and `parts`
+    (asked for in its name, held in memory until now) go in its row.
 
     One statement: an insert that does nothing on a conflict (on PostgreSQL it
     waits for a concurrent transaction holding the same id to end).
     """
+    status, body = (int(State.PLACING), "{}") if answer is None else (
+        int(answer[0]), orjson.dumps(answer[1]).decode())
     raw = Raw(conn)
     try:
         return raw.first(
             "INSERT INTO strato_schedule_requests (request_id, status, response, created_at, "
-            "deadline, attempt) VALUES (?, ?, '{}', ?, ?, ?) ON CONFLICT DO NOTHING "
+            "deadline, attempt, parts) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING "
             "RETURNING request_id",
-            (request_id, int(State.PLACING), raw.stamp(utcnow()), deadline, attempt)
+            (request_id, status, body, raw.stamp(utcnow()), deadline, attempt,
+             _dump_parts(parts) if parts else None)
         ) is not None
     finally:
         raw.close()
@@ -219,14 +225,58 @@ def add_part(conn: Connection, request_id: str, child: str, part_id: str,
         raw.close()
 
 
+def add_parts(conn: Connection, request_id: str, parts: Sequence[Part],
+              attempt: str) -> None:
+    """Record `parts` of `attempt`, which holds the request's reservation in
+    this very transaction (a routing zone's parts kept in memory until then)."""
+    if not parts:
+        return
+    raw = Raw(conn)
+    stamp = raw.stamp(utcnow())
+    sql = ("INSERT INTO strato_request_parts (request_id, child, part_id, consumers, "
+           "created_at, attempt) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+    rows = [(request_id, p.child, p.part_id, orjson.dumps(list(p.consumers)).decode(),
+             stamp, attempt) for p in parts]
+    try:
+        if len(rows) == 1:
+            raw.run(sql, rows[0])  # (a single row costs less so than as "many")
+        else:
+            raw.many(sql, rows)
+    finally:
+        raw.close()
+
+
+def _dump_parts(parts: Sequence[Part]) -> str:
+    return orjson.dumps([[p.child, p.part_id, list(p.consumers)] for p in parts]).decode()
+
+
+def _load_parts(text: str | None, attempt: str | None) -> list[Part]:
+    """The parts a request row carries (`reserve(parts=...)`), of its `attempt`."""
+    if not text:
+        return []
+    return [Part(str(c), str(pid), tuple(str(x) for x in consumers), attempt)
+            for c, pid, consumers in orjson.loads(text)]
+
+
+def parts_carried(conn: Connection, request_id: str) -> list[Part]:
+    """The parts `request_id`'s own row carries (see `reserve`)."""
+    row = conn.execute(sa.select(sr.c.parts, sr.c.attempt)
+                       .where(sr.c.request_id == request_id)).first()
+    return [] if row is None else _load_parts(row.parts, row.attempt)
+
+
 def parts(conn: Connection, request_id: str, attempt: str | None = None) -> list[Part]:
-    """The parts recorded under `request_id` (only `attempt`'s, if given)."""
+    """The parts recorded under `request_id` (only `attempt`'s, if given): in
+    their own rows, and those its answer's row carries."""
     rp = request_parts
     q = sa.select(rp).where(rp.c.request_id == request_id)
     if attempt is not None:
         q = q.where(rp.c.attempt == attempt)
-    return [Part(r.child, r.part_id, tuple(orjson.loads(r.consumers)), r.attempt)
-            for r in conn.execute(q.order_by(rp.c.id))]
+    out = [Part(r.child, r.part_id, tuple(orjson.loads(r.consumers)), r.attempt)
+           for r in conn.execute(q.order_by(rp.c.id))]
+    out += [p for p in parts_carried(conn, request_id)
+            if attempt is None or p.attempt == attempt]
+    return out
 
 
 def take_parts(conn: Connection, request_id: str, children: Sequence[str],
@@ -253,13 +303,23 @@ def placed_parts(conn: Connection, limit: int, leave_out: Sequence[str] = ()
     (those of the children `leave_out` left out), oldest first: the consumers
     placed through this zone, by the child they were asked of."""
     rp = request_parts
-    q = (sa.select(rp.c.child, rp.c.consumers)
+    q = (sa.select(rp.c.child, rp.c.consumers, rp.c.created_at)
          .join(sr, sr.c.request_id == rp.c.request_id)
          .where(sr.c.status == State.PLACED, rp.c.child.not_in(list(leave_out)))
          .order_by(rp.c.id.desc()).limit(limit))
-    rows = [(str(r.child), tuple(orjson.loads(r.consumers))) for r in conn.execute(q)]
-    rows.reverse()
-    return rows
+    found = [(r.created_at, str(r.child), tuple(orjson.loads(r.consumers)))
+             for r in conn.execute(q)]
+    # Those the answers' rows carry: each row holds one or a few.
+    q = (sa.select(sr.c.parts, sr.c.created_at)
+         .where(sr.c.status == State.PLACED, sr.c.parts.is_not(None))
+         .order_by(sr.c.created_at.desc()).limit(limit))
+    skip = set(leave_out)
+    for r in conn.execute(q):
+        found += [(r.created_at, p.child, p.consumers) for p in _load_parts(r.parts, None)
+                  if p.child not in skip]
+    # The newest `limit`, oldest first (stably: each source is newest first).
+    found.sort(key=lambda f: f[0] or datetime.min, reverse=True)
+    return [(child, consumers) for _, child, consumers in reversed(found[:limit])]
 
 
 def newest(conn: Connection) -> datetime | None:
@@ -273,8 +333,12 @@ def newest(conn: Connection) -> datetime | None:
 def known_parts(conn: Connection, child: str, since: datetime) -> set[str]:
     """The part ids recorded for `child` since `since`."""
     rp = request_parts
-    return set(conn.execute(sa.select(rp.c.part_id).where(
+    out = set(conn.execute(sa.select(rp.c.part_id).where(
         rp.c.child == child, rp.c.created_at >= since)).scalars())
+    for text in conn.execute(sa.select(sr.c.parts).where(
+            sr.c.created_at >= since, sr.c.parts.is_not(None))).scalars():
+        out.update(p.part_id for p in _load_parts(text, None) if p.child == child)
+    return out
 
 
 def made_by(conn: Connection, zone: str, newer_than: datetime, older_than: datetime,

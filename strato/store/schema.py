@@ -215,6 +215,10 @@ schedule_requests = sa.Table(
     # Which attempt at this zone holds the reservation (a retry after an
     # outage is another attempt: an older one may not touch its work).
     sa.Column("attempt", sa.String(32), nullable=True),
+    # At a routing zone: the parts asked of children that the answer's commit
+    # wrote with it (JSON [[child, part id, [consumers]], ...]; held in memory
+    # until then). Those recorded before (strato_request_parts) are not here.
+    sa.Column("parts", sa.Text, nullable=True),
     sa.Index("ix_strato_schedule_requests_open", "status", "deadline"),
 )
 

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from strato.store.ledger import Part
+
 # A child that failed is probed again after this long, doubling per failure
 # up to MAX_BACKOFF_S: a healed child is used again within seconds.
 FIRST_BACKOFF_S = 0.25
@@ -134,8 +136,16 @@ class Attempt:
 
     request_id: str  # as this zone's ledger knows it
     deadline: float  # unix time
-    # Whether its id is reserved in the ledger yet (with its first part).
+    # Whether its id is reserved in the ledger yet. Until then its id is held
+    # in the zone's memory (`ZoneTree._open`), with the parts asked of
+    # children so far (`pending`): the answer's commit writes them all.
     reserved: bool = False
+    pending: list[Part] = field(default_factory=list)
+    # A cancel of its request came while it was held in memory: it asks for
+    # nothing more, and its answer is not kept.
+    cancelled: bool = False
+    # Its parts held in memory are being undone (its id goes when that ends).
+    dropping: bool = False
     # This attempt among the tries of one request id at this zone: it owns the
     # reservation, and only its own parts and holds are its to undo.
     token: str = field(default_factory=lambda: secrets.token_hex(8))

@@ -91,19 +91,25 @@ def _epoch(stamp: datetime) -> float:
     return stamp.replace(tzinfo=UTC).timestamp()
 
 
-def plan(conn: Connection, children: list[str], now: float, beat_s: float) -> Sweep | None:
+def plan(conn: Connection, children: list[str], now: float, beat_s: float,
+         request_s: float = AFTER_S) -> Sweep | None:
     """At start-up, before any request: the sweep owed (merged with one left
-    unfinished by an earlier run), stored; None if there is none."""
+    unfinished by an earlier run), stored; None if there is none.
+
+    `request_s`: the longest a request may be at work here (its timeout)."""
     pending = Sweep.load(zone_meta.get(conn, PENDING))
     newest = ledger.newest(conn)
     alive = zone_meta.get(conn, ALIVE)
     if alive is not None and children:
-        # A record lost was made after the last commit that waited for the
-        # disk (the heartbeat's, at least), so after the newest record kept
-        # too, and before the next heartbeat would have reached the disk.
+        # The process stopped after its last heartbeat and its newest record.
+        # A part it held in memory was asked for at most a request's time
+        # before that; one lost with the disk, after the last commit that
+        # waited for it (the heartbeat's, at least). Either was held at the
+        # child before the request's deadline: within a request's time after
+        # the next heartbeat would have been written.
         last = max(float(alive), _epoch(newest) if newest is not None else 0.0)
-        start = last - BEFORE_S
-        end = max(start, min(now, float(alive) + beat_s + AFTER_S))
+        start = last - request_s - BEFORE_S
+        end = max(start, float(alive) + beat_s + max(AFTER_S, request_s))
         if pending is not None:
             start, end = min(start, pending.start), max(end, pending.end)
             children = sorted({*children, *pending.children})
@@ -128,7 +134,12 @@ def _done(conn: Connection, child: str) -> Sweep | None:
 
 
 async def run(tree: ZoneTree, sweep: Sweep) -> Sweep | None:
-    """Ask each child of `sweep` that answers; what is left for a later round."""
+    """Ask each child of `sweep` that answers; what is left for a later round.
+
+    A child is asked every round until one asks it after the stretch ended: a
+    part asked for just before this zone stopped may reach it, and be held
+    there, until that request's deadline; each round after the first lists
+    only what is new since the one before."""
     kids = {c.name: c for c in await tree.children()}
     left: Sweep | None = sweep
     for name in sweep.children:
@@ -136,7 +147,12 @@ async def run(tree: ZoneTree, sweep: Sweep) -> Sweep | None:
         if child is not None:
             if not tree.health_of(name).due():
                 continue
-            if not await _sweep_child(tree, child, sweep):
+            asked = time.time()
+            got = await _sweep_child(tree, child, sweep)
+            if got is None:
+                continue
+            tree.swept_until[name] = asked
+            if not got and asked <= sweep.end:
                 continue
         else:
             log.warning("child %s was removed before it could be asked for parts lost "
@@ -145,15 +161,19 @@ async def run(tree: ZoneTree, sweep: Sweep) -> Sweep | None:
     return left
 
 
-async def _sweep_child(tree: ZoneTree, child: Child, sweep: Sweep) -> bool:
-    """True once `child` was asked for every page and its unknown parts were
-    cancelled (or recorded in doubt, to be cancelled when it answers)."""
+async def _sweep_child(tree: ZoneTree, child: Child, sweep: Sweep) -> bool | None:
+    """False once `child` was asked for every page and its unknown parts were
+    cancelled (or recorded in doubt, to be cancelled when it answers); True if
+    it cannot be asked at all (not asked again); None if it failed."""
     listed: list[str] = []
     after: str | None = None
+    # What an earlier round listed there is settled (less a margin: a
+    # record is stamped before its commit makes it seen).
+    since = max(sweep.start, tree.swept_until.get(child.name, sweep.start) - BEFORE_S)
     while True:
         now = time.time()
         params: dict[str, Any] = {"made_by": tree.config.name,
-                                  "newer_than": round(max(0.0, now - sweep.start), 3),
+                                  "newer_than": round(max(0.0, now - since), 3),
                                   "older_than": round(max(0.0, now - sweep.end), 3),
                                   "limit": PAGE}
         if after is not None:
@@ -164,7 +184,7 @@ async def _sweep_child(tree: ZoneTree, child: Child, sweep: Sweep) -> bool:
                 token=child.credential, timeout=tree.config.child_timeout)
         except Unreachable as exc:
             tree.health_of(child.name).failed(exc.why)
-            return False
+            return None
         if reply.status in (404, 405):
             # A zone of an older version: it cannot say. Not asked again.
             log.error("child %s cannot list the requests this zone sent (it answered %s: "
@@ -177,26 +197,26 @@ async def _sweep_child(tree: ZoneTree, child: Child, sweep: Sweep) -> bool:
                     "child %s answered %s when asked for the requests this zone sent: "
                     "asked again later", child.name, reply.status)
             _told.add(child.name)
-            return False
+            return None
         try:
             page = protocol.read_requests_page(tree.config.name, reply.body)
         except protocol.Faulty as exc:
             tree.health_of(child.name).failed(f"faulty: {exc.reason}", faulty=True)
-            return False
+            return None
         listed += page["request_ids"]
         if page["next"] is None:
             break
         if page["next"] == after or len(listed) > MAX_LISTED:
             tree.health_of(child.name).failed(
                 "faulty: requests pages that do not end", faulty=True)
-            return False
+            return None
         after = page["next"]
     known = await tree.known_parts(child.name, sweep.start - 60.0)
     lost = [pid for pid in listed if pid not in known]
     for pid in lost:
-        await tree.cancel_part(child, pid, "recorded here without waiting for the disk, "
-                               "and lost with this zone's machine")
+        await tree.cancel_part(child, pid, "asked for by this zone before it stopped, "
+                               "which took the record along")
     if lost:
-        log.warning("child %s held %d part(s) this zone asked for just before its machine "
-                    "went down, and had lost the record of: cancelled", child.name, len(lost))
-    return True
+        log.warning("child %s held %d part(s) this zone asked for just before it stopped "
+                    "and has no record of: cancelled", child.name, len(lost))
+    return False

@@ -172,6 +172,9 @@ class ZoneTree:
     _reconciling: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Children still to be asked for parts lost with the machine (zone/sweep.py).
     _sweep: sweep.Sweep | None = None
+    # When each child was last asked by it (this zone's clock): later rounds
+    # ask only for what is newer.
+    swept_until: dict[str, float] = field(default_factory=dict)
     # Requests left unanswered by an earlier process on this database (a
     # crash): request id -> attempt. See `note_orphans`.
     _orphans: dict[str, str | None] | None = None
@@ -180,6 +183,9 @@ class ZoneTree:
     _group_locks: split.GroupLocks = field(default_factory=split.GroupLocks)
     # Consumers being placed through this zone: (request id, request) by consumer.
     _in_flight: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    # Requests whose ids are held in memory, not yet in the ledger: request id
+    # -> the attempt (its parts asked of children so far; see `_note_part`).
+    _open: dict[str, Attempt] = field(default_factory=dict)
     _local_gate: asyncio.Semaphore = field(init=False)
     observer: Observer = NOBODY
     # This process on zone paths (PATH_HEADER) and in its summaries' zone_ids.
@@ -552,20 +558,35 @@ class ZoneTree:
     async def cancel(self, request_id: str) -> dict[str, Any]:
         """Our parent lost the answer to `request_id`: undo everything it made
         here and below (or refuse it if it comes late). Idempotent."""
+        held = self._open.get(request_id)
+        unknown = (held is None and self._sweep is not None
+                   and await self._lookup(request_id) is None)
+        pending: list[ledger.Part] = []
+        if held is not None:
+            # Held in memory: it asks for nothing more, and what it asked for
+            # so far is undone here (its worker undoes the rest, if any).
+            held.cancelled = True
+            pending = list(held.pending)
         answer = await run_in_threadpool(self.local.cancel_request, request_id)
         # Answered before the parent stops waiting (it gives a call at most
         # child_timeout): what a child below does not confirm by then is
         # deferred, as for one that does not answer.
         undone = await self.undo(request_id, placed=answer is not None,
                                  deadline=time.time() + CANCEL_SHARE * self.config.child_timeout,
-                                 skip_failed=True)
+                                 skip_failed=True, pending=pending)
+        if unknown and self._sweep is not None:
+            # Unknown here while the start-up sweep is owed: an earlier process
+            # may have asked a child for it and died before writing it down.
+            # Not confirmed until the sweep has cancelled what those hold.
+            undone.deferred += [c for c in self._sweep.children if c not in undone.deferred]
         return {"request_id": request_id,
                 "released": sorted({*(answer or {}).get("released", []), *undone.released}),
                 "forwarded": undone.forwarded, "deferred": undone.deferred}
 
     async def undo(self, request_id: str, *, placed: bool, attempt: str | None = None,
                    deadline: float | None = None, skip: Collection[str] = (),
-                   skip_failed: bool = False) -> Undone:
+                   skip_failed: bool = False, pending: Sequence[ledger.Part] = (),
+                   in_ledger: bool = True) -> Undone:
         """Undo every part recorded under `request_id` at this zone (only those
         of `attempt`, if given: a later attempt's work is not this one's): its
         own placements (by part id), its pool holds (and, if it had been placed,
@@ -580,36 +601,16 @@ class ZoneTree:
         cancel is no probe, and on a slow day the first backoff is over
         before the cancel comes): their parts are recorded in doubt at once,
         and cancelled there once they answer again (asking now would only
-        spend the caller's time)."""
-        parts = await self._read(lambda conn: ledger.parts(conn, request_id, attempt))
-        out = Undone()
+        spend the caller's time).
 
-        def release_here(conn: Connection) -> list[str]:
-            # The pool parts are read and forgotten in the transaction that
-            # releases them: their allocations go by consumer, and once gone a
-            # later request may place the same consumers here, which a second
-            # undo of this request (its worker gave up, then its parent's
-            # cancel came) must leave alone.
-            pool = ledger.take_parts(conn, request_id, (shared.POOL, shared.POOL_DONE),
-                                     attempt)
-            pooled = {c for p in pool if p.child == shared.POOL for c in p.consumers}
-            # Confirmed pool parts are permanent allocations of this request:
-            # they go too (no other request can hold these consumers while
-            # they exist: a zone claims only consumers that have none).
-            permanent = {c for p in pool if p.child == shared.POOL_DONE
-                         for c in p.consumers}
-            if placed:
-                permanent |= pooled
-            held = [h.consumer_uuid
-                    for h in provisional.of_request(conn, request_id, attempt)]
-            gone = provisional.release(conn, held) if held else []
-            # Not one released since and made again by another request.
-            rest = placed_by(conn, sorted(permanent - set(gone)), request_id)
-            if rest:
-                claim(conn, [ConsumerClaim(c, {}) for c in rest])
-                gone += rest
-            return gone
-        out.released += await self._write(release_here)
+        `pending`: parts held in memory only (`_note_part`), undone too; not
+        `in_ledger`: they are all there is (nothing of it was written)."""
+        parts = list(pending)
+        out = Undone()
+        if in_ledger:
+            parts += await self._read(lambda conn: ledger.parts(conn, request_id, attempt))
+            out.released += await self._write(partial(self._release_here, request_id=request_id,
+                                                      attempt=attempt, placed=placed))
         kids = {c.name: c for c in await self.children()}
         for p in parts:
             if p.child in (shared.POOL, shared.POOL_DONE):
@@ -636,6 +637,34 @@ class ZoneTree:
                 await self.note_in_doubt(p.child, p.part_id, p.consumers,
                                          f"cancel not done: {why}")
         return out
+
+    def _release_here(self, conn: Connection, *, request_id: str, attempt: str | None,
+                      placed: bool) -> list[str]:
+        """`undo`'s part in this zone's own database: pool parts and holds."""
+        # The pool parts are read and forgotten in the transaction that
+        # releases them: their allocations go by consumer, and once gone a
+        # later request may place the same consumers here, which a second
+        # undo of this request (its worker gave up, then its parent's
+        # cancel came) must leave alone.
+        pool = ledger.take_parts(conn, request_id, (shared.POOL, shared.POOL_DONE),
+                                 attempt)
+        pooled = {c for p in pool if p.child == shared.POOL for c in p.consumers}
+        # Confirmed pool parts are permanent allocations of this request:
+        # they go too (no other request can hold these consumers while
+        # they exist: a zone claims only consumers that have none).
+        permanent = {c for p in pool if p.child == shared.POOL_DONE
+                     for c in p.consumers}
+        if placed:
+            permanent |= pooled
+        held = [h.consumer_uuid
+                for h in provisional.of_request(conn, request_id, attempt)]
+        gone = provisional.release(conn, held) if held else []
+        # Not one released since and made again by another request.
+        rest = placed_by(conn, sorted(permanent - set(gone)), request_id)
+        if rest:
+            claim(conn, [ConsumerClaim(c, {}) for c in rest])
+            gone += rest
+        return gone
 
     # -- server groups ---------------------------------------------------------------------
 
@@ -815,6 +844,11 @@ class ZoneTree:
                     return await self._attempt(sub, kids, attempt, client_id)
                 except _Duplicate:
                     continue  # another request took the id first: wait for its answer
+                finally:
+                    if self._open.get(attempt.request_id) is attempt and not attempt.dropping:
+                        # Left by an error: what it asked for goes (its id is
+                        # held until then).
+                        self.spawn(self._drop_pending(attempt))
 
     async def _check_names(self, req: ScheduleRequest) -> None:
         """400 for a class or trait neither this zone's registry nor (looked at
@@ -904,8 +938,8 @@ class ZoneTree:
                 down = await self._leftovers(attempt, req.consumers, kids)
                 outcomes += down
             if down:
-                if not attempt.reserved and await self._read(
-                        partial(ledger.lookup, request_id=attempt.request_id)) is not None:
+                if not attempt.reserved and not attempt.pending and await self._lookup(
+                        attempt.request_id) is not None:
                     raise _Duplicate()  # the id is known: its answer, not an outage
                 await self._give_up(attempt)
                 raise self._unavailable(req, outcomes, down)
@@ -985,17 +1019,27 @@ class ZoneTree:
         """Write the attempt's answer, once, over its reservation (made now if no
         part needed one). A cancel that came first wins: the work is undone."""
         rid = attempt.request_id
+        pending = list(attempt.pending)
 
         def job(conn: Connection) -> bool | None:
-            if not attempt.reserved and not ledger.reserve(conn, rid, attempt.deadline,
-                                                           attempt.token):
-                return None
+            if not attempt.reserved:
+                # Its id, parts and answer in one go.
+                return ledger.reserve(conn, rid, attempt.deadline, attempt.token,
+                                      answer=(state, body), parts=pending) or None
             return ledger.finish(conn, rid, state, body, only_placing=True,
                                  attempt=attempt.token)
-        kept = await self._write(job, now=True)
+        if attempt.cancelled:
+            kept: bool | None = None  # its cancel's tombstone has the id
+        else:
+            kept = await self._write(job, now=True)
         if kept is None:
+            # Another has the id (a cancel came first): what was asked of
+            # children goes, and the id's answer is replayed.
+            await self._drop_pending(attempt)
             raise _Duplicate()
         attempt.reserved = True
+        attempt.pending.clear()
+        self._close(attempt)
         if not kept:
             lost = await self._lost(attempt)
             if state == State.PLACED:
@@ -1040,7 +1084,8 @@ class ZoneTree:
         rid = req.request_id or f"auto-{uuid.uuid4().hex}"
         wait_until = min(deadline, now + DUPLICATE_WAIT_S)
         while look:
-            entry = await self._read(partial(ledger.lookup, request_id=rid))
+            entry = (ledger.Entry(rid, State.PLACING, {}, None) if rid in self._open
+                     else await self._lookup(rid))
             if entry is None:
                 break
             if entry.state in ledger.FINAL:
@@ -1084,15 +1129,81 @@ class ZoneTree:
                                      now=True, durable=durable):
                 raise await self._lost(attempt)
             return
+        await self._reserve(attempt, [ledger.Part(child, pid, tuple(consumers), token)],
+                            durable=durable)
+
+    async def _reserve(self, attempt: Attempt, parts: Sequence[ledger.Part], *,
+                       durable: bool = True) -> None:
+        """Reserve the attempt's id in the ledger with `parts` and those it held
+        in memory so far (raises _Duplicate, having undone those, if another
+        request has the id)."""
+        rid, token = attempt.request_id, attempt.token
+        if attempt.cancelled:
+            await self._drop_pending(attempt)
+            raise _Duplicate()  # its cancel's tombstone has the id
+        every = [*attempt.pending, *parts]
 
         def job(conn: Connection) -> bool:
             if not ledger.reserve(conn, rid, attempt.deadline, token):
                 return False
-            ledger.add_part(conn, rid, child, pid, consumers, token)
+            ledger.add_parts(conn, rid, every, token)
             return True
         if not await self._write(job, now=True, durable=durable):
+            await self._drop_pending(attempt)
             raise _Duplicate()
         attempt.reserved = True
+        attempt.pending.clear()
+        self._close(attempt)
+
+    async def _note_part(self, attempt: Attempt, child: str, pid: str,
+                         consumers: Sequence[str]) -> None:
+        """Hold a part asked of a child in memory, and with the first one the
+        attempt's id (raises _Duplicate if another request has it, here or in
+        the ledger): the answer's commit writes them (one commit a request at
+        a routing zone, not two). A process that dies first takes them along:
+        its start-up sweep (zone/sweep.py) cancels what the children hold of
+        them, and until then a cancel of their request is not confirmed."""
+        rid = attempt.request_id
+        if attempt.cancelled:
+            raise _cancelled(rid)
+        if self._open.get(rid) is not attempt:
+            if rid in self._open or await self._lookup(rid) is not None:
+                raise _Duplicate()
+            if rid in self._open:  # taken while the ledger was read
+                raise _Duplicate()
+            self._open[rid] = attempt
+        attempt.pending.append(ledger.Part(child, pid, tuple(consumers), attempt.token))
+
+    def _close(self, attempt: Attempt) -> None:
+        """The attempt's id is no longer held in memory (in the ledger, or given up)."""
+        if self._open.get(attempt.request_id) is attempt:
+            del self._open[attempt.request_id]
+
+    async def _drop_pending(self, attempt: Attempt) -> None:
+        """Undo the parts `attempt` holds in memory only, and let its id go."""
+        if attempt.dropping:
+            return
+        attempt.dropping = True
+        rid, token, pending = attempt.request_id, attempt.token, list(attempt.pending)
+        try:
+            if pending:
+                await self.undo(rid, placed=True, attempt=token, deadline=attempt.deadline,
+                                skip=attempt.hung, pending=pending, in_ledger=False)
+                # Kept without a reservation, as those of a try given back are
+                # (ledger.give_back): a later cancel of the request finds them.
+                await self._write(lambda conn: ledger.add_parts(conn, rid, pending, token),
+                                  durable=False)
+        finally:
+            attempt.pending.clear()
+            self._close(attempt)
+
+    async def _lookup(self, rid: str) -> ledger.Entry | None:
+        """The ledger's entry for `rid`: read at once on the event loop where
+        that costs no wait, else in a worker thread."""
+        done, entry = self.db.read_now(partial(ledger.lookup, request_id=rid))
+        if done:
+            return entry
+        return await self._read(partial(ledger.lookup, request_id=rid))
 
     async def _lost(self, attempt: Attempt) -> errors.StratoError:
         """Why `attempt` no longer holds its reservation, as the error to answer."""
@@ -1116,7 +1227,9 @@ class ZoneTree:
         (only if the undo went through: otherwise recovery finds the request
         overdue and undoes it again)."""
         if not attempt.reserved:
-            return  # it recorded no part: nothing was asked of anyone
+            # Nothing in the ledger: what it asked of children is in memory.
+            await self._drop_pending(attempt)
+            return
         await self.undo(attempt.request_id, placed=placed, attempt=attempt.token,
                         deadline=attempt.deadline, skip=attempt.hung)
         await self._write(lambda conn: ledger.give_back(conn, attempt.request_id,
@@ -1384,7 +1497,10 @@ class ZoneTree:
         if attempt is None:
             return None
         pid = part_id(attempt.request_id, self.config.name)
-        await self.record_part(attempt, child, pid, req.consumers, durable=False)
+        if child != LOCAL and not attempt.reserved:
+            await self._note_part(attempt, child, pid, req.consumers)
+        else:
+            await self.record_part(attempt, child, pid, req.consumers, durable=False)
         return pid
 
     async def ask(self, child: Child, req: ScheduleRequest, attempt: Attempt | None,
@@ -1415,10 +1531,7 @@ class ZoneTree:
         raises _Duplicate if another request has it."""
         if attempt.reserved:
             return
-        if not await self._write(lambda conn: ledger.reserve(
-                conn, attempt.request_id, attempt.deadline, attempt.token), now=True):
-            raise _Duplicate()
-        attempt.reserved = True
+        await self._reserve(attempt, [])
 
     async def _ask(self, child: Child, req: ScheduleRequest, attempt: Attempt | None,
                    share: float = 1.0) -> dict[str, Any] | Outcome:
@@ -1872,7 +1985,7 @@ class ZoneTree:
         names = [c.name for c in await self.children()]
         self._sweep = await self._write(partial(
             sweep.plan, children=names, now=time.time(),
-            beat_s=self.recovery_interval()))
+            beat_s=self.recovery_interval(), request_s=self.config.request_timeout))
         if self._sweep is not None:
             log.info("asking %d child zone(s) for parts this zone may have lost the record "
                      "of (made %.0f s to %.0f s ago)", len(self._sweep.children),
@@ -1886,8 +1999,13 @@ class ZoneTree:
             return ledger.made_by(conn, zone, newer_than, older_than, after, limit)
 
     async def known_parts(self, child: str, since: float) -> set[str]:
+        """The parts asked of `child` since then that this zone knows of: in
+        its ledger, or held in memory by a request at work (read first: one
+        that finishes meanwhile is in the ledger by the time that is read)."""
+        held = {p.part_id for a in list(self._open.values()) for p in a.pending
+                if p.child == child}
         stamp = datetime.fromtimestamp(since, UTC).replace(tzinfo=None)
-        return await self._read(partial(ledger.known_parts, child=child, since=stamp))
+        return held | await self._read(partial(ledger.known_parts, child=child, since=stamp))
 
     async def cancel_part(self, child: Child, pid: str, why: str) -> None:
         """Cancel the part `pid` at `child`, or record it in doubt there (cancelled

@@ -293,6 +293,33 @@ def test_write_now_never_waits_for_another_writer(db: Database, tmp_path: Path) 
     assert db.write_now(raw_insert(1), lazy=True) == (True, 1)
 
 
+def raw_keys(conn: Connection) -> set[int]:
+    raw = Raw(conn)
+    try:
+        return {int(r[0]) for r in raw.all("SELECT k FROM t")}
+    finally:
+        raw.close()
+
+
+def test_read_now_reads_at_once_unless_the_connection_is_busy(db: Database,
+                                                             tmp_path: Path) -> None:
+    assert db.read_now(raw_keys) == (True, set())
+    db.write_now(raw_insert(1), lazy=True)
+    assert db.read_now(raw_keys) == (True, {1})
+    # Another process writing does not stop a read (WAL), nor hide what was
+    # committed before.
+    other = sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO t (k) VALUES (2)")
+    assert db.read_now(raw_keys) == (True, {1})
+    other.execute("COMMIT")
+    other.close()
+    assert db.read_now(raw_keys) == (True, {1, 2})
+    # The connection in use by this process's writer: read elsewhere.
+    with db._sqlite_write_lock:
+        assert db.read_now(raw_keys) == (False, None)
+
+
 def synchronous_seen(conn: Connection) -> int:
     """The synchronous mode the job's transaction commits with (2 FULL, 1 NORMAL)."""
     raw = Raw(conn)

@@ -47,3 +47,20 @@ def test_the_earlier_tries_of_a_request_are_found_by_id_and_by_consumer(
         assert ids(request_id="r9", consumers=consumers) == ["p1@root#00000003"]
         assert ids(request_id="r9", consumers=["c_1"]) == []  # no LIKE wildcard
         assert ids(request_id="r9", consumers=["cX1"]) == ["p2@root#00000004"]
+
+
+def test_a_part_in_doubt_written_with_its_answer_is_an_earlier_try(database: Database) -> None:
+    """The parts a routing zone wrote with its answer (ledger.reserve(parts=))
+    are found by the request's id as recorded ones are."""
+    from strato.store import ledger
+    with database.write() as conn:
+        ledger.reserve(conn, "r2", 10.0, "A", answer=(409, {"detail": "no"}), parts=[
+            ledger.Part("cell", "r2@mid#00000005", ("d",), "A"),
+            ledger.Part("other", "r2@mid#00000006", ("d",), "A")])
+        in_doubt.add(conn, "cell", "r2@mid#00000005", ["d"], "lost")
+        # The same part id at another child is another part.
+        in_doubt.add(conn, "third", "r2@mid#00000005", ["d"], "lost")
+    with database.read() as conn:
+        assert [(r.child, r.request_id) for r in in_doubt.earlier_tries(conn, "r2")] == [
+            ("cell", "r2@mid#00000005")]
+        assert in_doubt.earlier_tries(conn, "r2", children=["other"]) == []

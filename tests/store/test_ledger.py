@@ -110,3 +110,43 @@ def test_placed_parts_name_the_consumers_of_placed_requests_only(database: Datab
         assert store.placed_parts(conn, 10, leave_out=("",)) == [
             ("dfw", ("placed-c",)), ("ord", ("l1", "l2"))]
         assert store.placed_parts(conn, 1, leave_out=("",)) == [("ord", ("l1", "l2"))]
+
+
+def test_parts_written_with_the_answer_are_found_as_recorded_ones(database: Database) -> None:
+    """A routing zone holds the parts asked of children in memory and writes
+    them with its answer (`reserve(answer=, parts=)`): every reader of parts
+    finds them as it finds those recorded one by one."""
+    held = [store.Part("dfw", "w@root#00000001", ("w1",), "A"),
+            store.Part("ord", "w@root#00000002", ("w1", "w2"), "A")]
+    with database.write() as conn:
+        assert store.reserve(conn, "w", 10.0, "A", answer=(200, {"placements": []}),
+                             parts=held)
+        # The id is taken as by any reservation; nothing is written twice.
+        assert not store.reserve(conn, "w", 10.0, "B", answer=(200, {}), parts=held)
+        assert store.reserve(conn, "refused", 10.0, "A", answer=(409, {"detail": "no"}),
+                             parts=[store.Part("dfw", "refused@root#00000003", ("r1",), "A")])
+        assert store.reserve(conn, "older")
+        store.add_part(conn, "older", "dfw", "older@root#00000004", ["o1"], None)
+        store.finish(conn, "older", 200, {})
+    with database.read() as conn:
+        assert store.get_answer(conn, "w") == (200, {"placements": []})
+        assert store.parts(conn, "w") == held
+        assert store.parts(conn, "w", "A") == held
+        assert store.parts(conn, "w", "B") == []
+        # Placed requests' consumers, by child, newest last; a refusal's not.
+        assert sorted(store.placed_parts(conn, 10)) == [
+            ("dfw", ("o1",)), ("dfw", ("w1",)), ("ord", ("w1", "w2"))]
+        assert len(store.placed_parts(conn, 2)) == 2
+        since = utcnow() - timedelta(seconds=60)
+        assert store.known_parts(conn, "dfw", since) == {
+            "w@root#00000001", "refused@root#00000003", "older@root#00000004"}
+        assert store.known_parts(conn, "ord", since) == {"w@root#00000002"}
+        assert store.known_parts(conn, "ord", utcnow() + timedelta(seconds=60)) == set()
+    with database.write() as conn:
+        # A cancel finds them, and the purge forgets them with their answer.
+        assert store.cancel(conn, "w") == {"placements": []}
+        conn.execute(sa.update(schedule_requests).values(
+            created_at=utcnow() - timedelta(days=8)))
+        assert store.purge(conn, utcnow() - timedelta(days=7)) == 3
+    with database.read() as conn:
+        assert store.parts(conn, "w") == []

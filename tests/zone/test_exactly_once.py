@@ -103,6 +103,59 @@ def test_a_duplicate_at_a_mid_zone_is_answered_once(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+def test_a_cancel_while_a_routing_zone_holds_the_request_in_memory_undoes_it(
+        tmp_path: Path) -> None:
+    """A routing zone writes a request's id and parts with its answer: a cancel
+    that comes while the child is at work finds them in memory, and the
+    request, when its child answers, is undone, not placed."""
+    async def scenario(tree: InProcessTree) -> None:
+        tree.delay("dfw-r1", 0.4, "/strato/v1/schedule")
+        tree.delay("dfw-r2", 0.4, "/strato/v1/schedule")
+        b = req(1, request_id="held@global#0000beef", hops=1)
+        first = asyncio.ensure_future(tree.client("dfw").post("/strato/v1/schedule", json=b))
+        await asyncio.sleep(0.1)
+        assert "held@global#0000beef" in tree.zone_tree("dfw")._open
+        r = await tree.client("dfw").post("/strato/v1/requests/cancel",
+                                          json={"request_id": "held@global#0000beef"})
+        assert r.status_code == 200, r.text
+        got = await first
+        assert got.status_code == 409 and "cancelled" in got.text, got.text
+        await tree.transport.settle()
+        assert await held_at(tree, b["consumers"][0]) == []
+        assert tree.zone_tree("dfw")._open == {}
+        with tree.dbs["dfw"].read() as conn:
+            entry = ledger.lookup(conn, "held@global#0000beef")
+        assert entry is not None and entry.state == ledger.State.CANCELLED
+        # Sent again (late), it is refused and places nothing.
+        again = await tree.client("dfw").post("/strato/v1/schedule", json=b)
+        assert again.status_code == 409, again.text
+        await tree.transport.settle()
+        assert await held_at(tree, b["consumers"][0]) == []
+        invariants(tree, set())
+    run(tmp_path, scenario)
+
+
+def test_concurrent_duplicates_at_a_mid_zone_while_its_child_is_slow_place_once(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        tree.delay("dfw-r1", 0.3, "/strato/v1/schedule")
+        tree.delay("dfw-r2", 0.3, "/strato/v1/schedule")
+        bodies = [req(1, request_id=f"m{i}@global#0000000{i}", hops=1) for i in range(4)]
+        sends = [b for b in bodies for _ in range(3)]
+        answers = await asyncio.gather(*(
+            tree.client("dfw").post("/strato/v1/schedule", json=b) for b in sends))
+        for r in answers:
+            assert r.status_code == 200, r.text
+        for b in bodies:
+            mine = [r.json()["placements"] for s, r in zip(sends, answers, strict=True)
+                    if s is b]
+            assert all(m == mine[0] for m in mine)
+            assert len(await held_at(tree, b["consumers"][0])) == 1
+        assert tree.zone_tree("dfw")._open == {}
+        invariants(tree, {b["consumers"][0] for b in bodies})
+    run(tmp_path, scenario)
+
+
 # -- finding 3: a retry while the first attempt runs ------------------------------------
 
 def test_a_retry_during_the_first_attempt_gets_its_answer(tmp_path: Path) -> None:
