@@ -1,30 +1,38 @@
-"""Parts lost with the machine: found at the children on start-up, and cancelled.
+"""Parts lost with the process or the machine: found at the children on
+start-up, and cancelled.
 
-A routing zone records each part of a request (``rid@zone#xxxxxxxx``) in its
-ledger before it asks a child for it, but it does not wait for the disk for
-that record: the answer it gives later waits, and with it every record made
-before (SQLite's WAL, like PostgreSQL's, reaches the disk in order). A
-process that dies loses nothing; a machine that dies may lose the records of
-the last moments. A part asked for in those moments may then be held at a
-child while this zone, back from its disk, has no record of it: nobody was
-told of it, nobody would ever cancel it, and the client's retry would place
-the request again.
+A routing zone asks a child for a part of a request (``rid@zone#xxxxxxxx``)
+before it writes that part down: it holds the request's id and the parts
+asked of children in memory, and its answer's commit writes them all (a
+part on its own providers, a pool hold or a divided request's part is
+recorded in the ledger first, but without waiting for the disk: the answer's
+commit takes it there). A process that dies before that commit loses the
+parts it held; a machine that dies, the records of its last moments. Such a
+part may then be held at a child while this zone, back up, has no record of
+it: nobody was told of it, nobody would ever cancel it, and the client's
+retry would place the request again.
 
 So on start-up, before it serves a request, a zone notes the stretch of time
-such parts can come from (`plan`): after its last heartbeat (written every
-recovery round, waiting for the disk, which takes every record made before
-it there too) and after the newest record it still has, and before the next
-heartbeat would have reached the disk (plus a margin). Then, in the
-background until each child has answered (`run`), it asks every child which
-requests it holds that this zone sent in that stretch (GET
-/strato/v1/requests), and cancels those its ledger does not know. The stretch
-is kept in the zone's database until every child was asked, through further
-restarts; the heartbeat bounds it, so a database restored from an old backup
-never cancels what was placed since.
+such parts can come from (`plan`): from a request's time (its timeout)
+before its last heartbeat (written every recovery round, waiting for the
+disk, which takes every record made before it there too) or its newest
+record, until a request's time after the next heartbeat would have reached
+the disk (plus a margin): a part asked for just before the process stopped
+may reach the child, and be held there, until the request's deadline. Then,
+in the background, every round (`run`), it asks every child which requests
+it holds that this zone sent in that stretch (GET /strato/v1/requests; after
+the first listing, only what is newer), and cancels those it does not know
+(in its ledger, or held in memory by a request at work now), until a child
+has been asked after the stretch ended. The stretch is kept in the zone's
+database until every child was, through further restarts; the heartbeat
+bounds it, so a database restored from an old backup never cancels what was
+placed since. Until then, a parent's cancel of a request this zone does not
+know is not confirmed (`ZoneTree.cancel`).
 
 Waiting for the disk before each part instead cost each routing zone on a
 request's path one more fsync and two thread hand-offs (benchmarks/README,
-"Sixteenth session").
+"Sixteenth session"); writing each part down before asking for it, one more
+commit ("Thirty-first session").
 """
 
 from __future__ import annotations

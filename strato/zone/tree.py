@@ -4,9 +4,10 @@ A zone knows its own providers (through ``LocalScheduler``) and its direct
 children (by URL, with a cached summary each). A schedule request at a zone
 with children:
 
-1. is reserved in this zone's request ledger (``store/ledger.py``) before any
-   work: a concurrent duplicate waits for the first and replays its answer,
-   or is told it is still in progress;
+1. holds its id before any work (in memory, having read this zone's request
+   ledger, ``store/ledger.py``, which its answer's commit then writes it to):
+   a concurrent duplicate waits for the first and replays its answer, or is
+   told it is still in progress;
 2. gets a deadline (the caller's, or ``request_timeout`` from now); each
    child is given less than what is left, and a request whose time runs out
    is abandoned and what it claimed undone;
@@ -14,9 +15,10 @@ with children:
    orders the rest and its own providers by predicted fit, and asks them
    (``delegate``: one at a time, best first; ``best``: all for dry-run plans,
    then claims the best at its owner). Every part it asks for is recorded
-   under the request's id first, so one cancel finds and undoes all of them
-   (without waiting for the disk: ``zone/sweep.py`` finds the parts whose
-   records a dying machine took, at start-up);
+   under the request's id first (held in memory with the id, or in the
+   ledger without waiting for the disk), so one cancel finds and undoes all
+   of them (``zone/sweep.py`` finds, at start-up, the parts whose records a
+   dying process or machine took);
 4. answers with the zone path of every placement; when nothing fits, a
    definite refusal (409, kept for a retry) only if every zone that might fit
    answered; otherwise 503 ``strato.zone_unavailable`` (not kept: a retry
@@ -138,11 +140,12 @@ class TreeConfig:
     # Answers kept by request id are forgotten after this long.
     request_retention: float = 7 * 86400.0
     schedule_concurrency: int = 1
-    # "async": a request's reservation, parts and answer are committed
+    # "async": a request's answer (with its id and parts) is committed
     # without waiting for the disk (durable when the process dies; within
     # 0.1 s when the machine does). "sync": the answer waits (and takes the
-    # records before it to the disk); parts never wait (zone/sweep.py finds
-    # those lost with the machine). Claims always wait.
+    # records before it to the disk); parts recorded before never wait
+    # (zone/sweep.py finds those lost with the process or the machine).
+    # Claims always wait.
     ledger_commit: str = "sync"
 
 
@@ -1071,11 +1074,11 @@ class ZoneTree:
     async def _begin(self, req: ScheduleRequest, *, look: bool = True
                      ) -> tuple[Attempt, ScheduleRequest] | dict[str, Any]:
         """(the attempt, the request with its id and deadline), or the answer of
-        an earlier request with the same id (waited for while it is at work).
-        Reads only: the id is reserved with the attempt's first part (one write,
-        before that part is asked for) or with its answer. Without `look` the
-        ledger is not read: a known id then fails its reservation, and the
-        caller begins again with `look`."""
+        an earlier request with the same id (waited for while it is at work,
+        here in memory or in the ledger). Reads only: the id is held with the
+        attempt's first part (`_note_part`, `_reserve`) or with its answer.
+        Without `look` nothing is read: a known id then fails to be held, and
+        the caller begins again with `look`."""
         now = time.time()
         self._check_deadline(req, now)
         deadline = now + self.config.request_timeout
@@ -1988,8 +1991,9 @@ class ZoneTree:
             beat_s=self.recovery_interval(), request_s=self.config.request_timeout))
         if self._sweep is not None:
             log.info("asking %d child zone(s) for parts this zone may have lost the record "
-                     "of (made %.0f s to %.0f s ago)", len(self._sweep.children),
-                     time.time() - self._sweep.start, time.time() - self._sweep.end)
+                     "of (made from %.0f s ago, until %.0f s from now)",
+                     len(self._sweep.children), time.time() - self._sweep.start,
+                     max(0.0, self._sweep.end - time.time()))
 
     def made_by(self, zone: str, newer_than: datetime, older_than: datetime,
                 after: tuple[datetime, str] | None, limit: int
