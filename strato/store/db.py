@@ -436,15 +436,13 @@ class Database:
         the group commit takes over."""
         if not self.is_sqlite or (self.fsyncs and not lazy) or self._batcher.busy():
             return False, None
-        if not self._sqlite_write_lock.acquire(blocking=False):
-            return False, None
-        try:
-            conn = self._inline_conn()
+        with self._inline_driver() as inline:
+            if inline is None:
+                return False, None
             # The transaction is the driver's own (SQLAlchemy's begin and
             # commit cost more than the ledger's statements): `job` must use
             # the connection's cursor (`store/raw.py`), as the ledger does.
-            driver = conn.connection.driver_connection
-            assert driver is not None
+            conn, driver = inline
             try:
                 driver.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
@@ -463,6 +461,19 @@ class Database:
                 raise
             self._wrote_inline()
             return True, result
+
+    @contextmanager
+    def _inline_driver(self) -> Iterator[tuple[Connection, Any] | None]:
+        """The inline connection and its driver's, under the write lock; None
+        if another holds the lock (a wait)."""
+        if not self._sqlite_write_lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            conn = self._inline_conn()
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            yield conn, driver
         finally:
             self._sqlite_write_lock.release()
 
@@ -474,22 +485,15 @@ class Database:
         (`store/raw.py`): each statement is its own snapshot."""
         if not self.is_sqlite or self._turn is not None:
             return False, None
-        if not self._sqlite_write_lock.acquire(blocking=False):
-            return False, None
-        try:
-            conn = self._inline_conn()
-            driver = conn.connection.driver_connection
-            assert driver is not None
-            if driver.in_transaction:
+        with self._inline_driver() as inline:
+            if inline is None or inline[1].in_transaction:
                 return False, None
             try:
-                return True, job(conn)
+                return True, job(inline[0])
             except sqlite3.OperationalError as exc:
                 if _busy(exc):
                     return False, None
                 raise
-        finally:
-            self._sqlite_write_lock.release()
 
     def _wrote_inline(self) -> None:
         """After a commit on the inline connection (which never checkpoints)."""
