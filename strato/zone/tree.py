@@ -941,8 +941,9 @@ class ZoneTree:
                 down = await self._leftovers(attempt, req.consumers, kids)
                 outcomes += down
             if down:
-                if not attempt.reserved and not attempt.pending and await self._lookup(
-                        attempt.request_id) is not None:
+                if not attempt.reserved and not attempt.pending and (
+                        self._held_by_another(attempt)
+                        or await self._lookup(attempt.request_id) is not None):
                     raise _Duplicate()  # the id is known: its answer, not an outage
                 await self._give_up(attempt)
                 raise self._unavailable(req, outcomes, down)
@@ -1031,8 +1032,8 @@ class ZoneTree:
                                       answer=(state, body), parts=pending) or None
             return ledger.finish(conn, rid, state, body, only_placing=True,
                                  attempt=attempt.token)
-        if attempt.cancelled:
-            kept: bool | None = None  # its cancel's tombstone has the id
+        if attempt.cancelled or (not attempt.reserved and self._held_by_another(attempt)):
+            kept: bool | None = None  # its cancel's tombstone, or another, has the id
         else:
             kept = await self._write(job, now=True)
         if kept is None:
@@ -1141,9 +1142,9 @@ class ZoneTree:
         in memory so far (raises _Duplicate, having undone those, if another
         request has the id)."""
         rid, token = attempt.request_id, attempt.token
-        if attempt.cancelled:
+        if attempt.cancelled or self._held_by_another(attempt):
             await self._drop_pending(attempt)
-            raise _Duplicate()  # its cancel's tombstone has the id
+            raise _Duplicate()  # its cancel's tombstone, or another request, has the id
         every = [*attempt.pending, *parts]
 
         def job(conn: Connection) -> bool:
@@ -1176,6 +1177,13 @@ class ZoneTree:
                 raise _Duplicate()
             self._open[rid] = attempt
         attempt.pending.append(ledger.Part(child, pid, tuple(consumers), attempt.token))
+
+    def _held_by_another(self, attempt: Attempt) -> bool:
+        """Another attempt holds `attempt`'s id in memory (its first part is
+        being asked for): this one waits for its answer, as for a reservation
+        in the ledger."""
+        other = self._open.get(attempt.request_id)
+        return other is not None and other is not attempt
 
     def _close(self, attempt: Attempt) -> None:
         """The attempt's id is no longer held in memory (in the ledger, or given up)."""

@@ -156,6 +156,29 @@ def test_concurrent_duplicates_at_a_mid_zone_while_its_child_is_slow_place_once(
     run(tmp_path, scenario)
 
 
+def test_a_duplicate_that_can_ask_nobody_waits_for_the_first_held_in_memory(
+        tmp_path: Path) -> None:
+    """While the first holds the id in memory, a duplicate that finds every
+    child down asks nobody: it waits for the first's answer, not a 503."""
+    async def scenario(tree: InProcessTree) -> None:
+        tree.delay("dfw-r1", 0.4, "/strato/v1/schedule")
+        tree.delay("dfw-r2", 0.4, "/strato/v1/schedule")
+        b = req(1, request_id="twice@global#0000cafe", hops=1)
+        first = asyncio.ensure_future(tree.client("dfw").post("/strato/v1/schedule", json=b))
+        await asyncio.sleep(0.1)
+        dfw = tree.zone_tree("dfw")
+        assert "twice@global#0000cafe" in dfw._open
+        for leaf in ("dfw-r1", "dfw-r2"):
+            dfw.health_of(leaf).failed("down, as far as the duplicate can tell")
+        again = await tree.client("dfw").post("/strato/v1/schedule", json=b)
+        got = await first
+        assert got.status_code == 200, got.text
+        assert again.status_code == 200, again.text
+        assert again.json()["placements"] == got.json()["placements"]
+        assert len(await held_at(tree, b["consumers"][0])) == 1
+    run(tmp_path, scenario)
+
+
 # -- finding 3: a retry while the first attempt runs ------------------------------------
 
 def test_a_retry_during_the_first_attempt_gets_its_answer(tmp_path: Path) -> None:
