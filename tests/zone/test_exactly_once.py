@@ -103,18 +103,26 @@ def test_a_duplicate_at_a_mid_zone_is_answered_once(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+async def held_in_memory_at_dfw(tree: InProcessTree, request_id: str
+                                ) -> tuple[dict[str, Any], asyncio.Future[Any]]:
+    """A request from dfw's parent, held in dfw's memory while its cells are slow:
+    (its body, its call)."""
+    tree.delay("dfw-r1", 0.4, "/strato/v1/schedule")
+    tree.delay("dfw-r2", 0.4, "/strato/v1/schedule")
+    b = req(1, request_id=request_id, hops=1)
+    first = asyncio.ensure_future(tree.client("dfw").post("/strato/v1/schedule", json=b))
+    await asyncio.sleep(0.1)
+    assert request_id in tree.zone_tree("dfw")._open
+    return b, first
+
+
 def test_a_cancel_while_a_routing_zone_holds_the_request_in_memory_undoes_it(
         tmp_path: Path) -> None:
     """A routing zone writes a request's id and parts with its answer: a cancel
     that comes while the child is at work finds them in memory, and the
     request, when its child answers, is undone, not placed."""
     async def scenario(tree: InProcessTree) -> None:
-        tree.delay("dfw-r1", 0.4, "/strato/v1/schedule")
-        tree.delay("dfw-r2", 0.4, "/strato/v1/schedule")
-        b = req(1, request_id="held@global#0000beef", hops=1)
-        first = asyncio.ensure_future(tree.client("dfw").post("/strato/v1/schedule", json=b))
-        await asyncio.sleep(0.1)
-        assert "held@global#0000beef" in tree.zone_tree("dfw")._open
+        b, first = await held_in_memory_at_dfw(tree, "held@global#0000beef")
         r = await tree.client("dfw").post("/strato/v1/requests/cancel",
                                           json={"request_id": "held@global#0000beef"})
         assert r.status_code == 200, r.text
@@ -161,13 +169,8 @@ def test_a_duplicate_that_can_ask_nobody_waits_for_the_first_held_in_memory(
     """While the first holds the id in memory, a duplicate that finds every
     child down asks nobody: it waits for the first's answer, not a 503."""
     async def scenario(tree: InProcessTree) -> None:
-        tree.delay("dfw-r1", 0.4, "/strato/v1/schedule")
-        tree.delay("dfw-r2", 0.4, "/strato/v1/schedule")
-        b = req(1, request_id="twice@global#0000cafe", hops=1)
-        first = asyncio.ensure_future(tree.client("dfw").post("/strato/v1/schedule", json=b))
-        await asyncio.sleep(0.1)
+        b, first = await held_in_memory_at_dfw(tree, "twice@global#0000cafe")
         dfw = tree.zone_tree("dfw")
-        assert "twice@global#0000cafe" in dfw._open
         for leaf in ("dfw-r1", "dfw-r2"):
             dfw.health_of(leaf).failed("down, as far as the duplicate can tell")
         again = await tree.client("dfw").post("/strato/v1/schedule", json=b)
