@@ -152,6 +152,9 @@ class Attempt:
     # Children that timed out on this attempt (likely hung): its undo does not
     # wait on them again; what they may hold is cancelled there later.
     hung: set[str] = field(default_factory=set)
+    # Its id was made up here (the client sent none): no ledger can know it,
+    # so holding it reads nothing.
+    fresh: bool = False
 
     def remaining(self) -> float:
         return self.deadline - time.time()

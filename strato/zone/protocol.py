@@ -540,33 +540,41 @@ def read_schedule_answer(req: ScheduleRequest, body: Any, zone: str) -> dict[str
     allocations that do not add up to what the request asks per instance.
     """
     answer = _parse(ScheduleAnswer, body, "schedule answer")
+    # Plain loops, not Counters: this runs on every answer at every routing
+    # hop, and a few consumers are the common case.
     asked = set(req.consumers)
-    placed = Counter(p.consumer_uuid for p in answer.placements)
-    left = Counter(answer.unplaced)
-    for c, n in (placed + left).items():
+    seen: dict[str, int] = {}
+    for c in [*(p.consumer_uuid for p in answer.placements), *answer.unplaced]:
+        seen[c] = seen.get(c, 0) + 1
+    for c, n in seen.items():
         if c not in asked:
             raise Faulty(f"schedule answer: placements: consumer {c} was not asked")
         if n > 1:
             raise Faulty(f"schedule answer: placements: consumer {c} answered {n} times")
-    missing = asked - set(placed) - set(left)
-    if missing:
+    if len(seen) < len(asked):
+        missing = asked.difference(seen)
         raise Faulty(f"schedule answer: {len(missing)} consumer(s) neither placed nor "
                      f"unplaced (e.g. {min(missing)})")
-    if req.atomic and left:
-        raise Faulty(f"schedule answer: unplaced: {len(left)} consumer(s) left out of an "
-                     "atomic request")
+    if req.atomic and answer.unplaced:
+        raise Faulty(f"schedule answer: unplaced: {len(answer.unplaced)} consumer(s) left "
+                     "out of an atomic request")
     if answer.dry_run != req.dry_run:
         raise Faulty(f"schedule answer: dry_run is {str(answer.dry_run).lower()} for a "
                      f"request with dry_run {str(req.dry_run).lower()}")
     want = demand(req)
     for i, p in enumerate(answer.placements):
-        if p.zone.split("/")[0] != zone:
+        if p.zone.split("/", 1)[0] != zone:
             raise Faulty(f"schedule answer: placements.{i}.zone: {p.zone[:80]!r} does not "
                          f"start with {zone!r}")
-        got: Counter[str] = Counter()
-        for a in p.allocations.values():
-            got.update(a.resources)
-        if dict(got) != want:
+        allocs = list(p.allocations.values())
+        if len(allocs) == 1:
+            got = allocs[0].resources
+        else:
+            got = {}
+            for a in allocs:
+                for rc, n in a.resources.items():
+                    got[rc] = got.get(rc, 0) + n
+        if got != want:
             raise Faulty(f"schedule answer: placements.{i}.allocations: {dict(got)} is not "
                          f"what one instance asks ({want})")
     return _dump(answer)

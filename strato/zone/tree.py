@@ -1085,9 +1085,10 @@ class ZoneTree:
         deadline = now + self.config.request_timeout
         if req.deadline is not None:
             deadline = min(deadline, req.deadline)
+        fresh = req.request_id is None
         rid = req.request_id or f"auto-{uuid.uuid4().hex}"
         wait_until = min(deadline, now + DUPLICATE_WAIT_S)
-        while look:
+        while look and not fresh:
             entry = (ledger.Entry(rid, State.PLACING, {}, None) if rid in self._open
                      else await self._lookup(rid))
             if entry is None:
@@ -1104,7 +1105,7 @@ class ZoneTree:
                     "same id; retry with the same id to get its answer",
                     errors.REQUEST_IN_PROGRESS)
             await asyncio.sleep(0.05)
-        return (Attempt(rid, deadline),
+        return (Attempt(rid, deadline, fresh=fresh),
                 req.model_copy(update={"request_id": rid, "deadline": deadline}))
 
     def _check_deadline(self, req: ScheduleRequest, now: float) -> None:
@@ -1171,7 +1172,8 @@ class ZoneTree:
         if attempt.cancelled:
             raise _cancelled(rid)
         if self._open.get(rid) is not attempt:
-            if rid in self._open or await self._lookup(rid) is not None:
+            if rid in self._open or (not attempt.fresh
+                                     and await self._lookup(rid) is not None):
                 raise _Duplicate()
             if rid in self._open:  # taken while the ledger was read
                 raise _Duplicate()
