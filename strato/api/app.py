@@ -29,6 +29,7 @@ from strato.api.below import ProvidersBelow
 from strato.api.body import MAX_DESCRIBED, StratoJson, more_errors
 from strato.api.cors import CorsMiddleware, CorsPolicy
 from strato.api.fast import FastCandidates, FastSchedule
+from strato.api.gate import PolicyFirst
 from strato.api.metrics import HttpMetrics, Metrics
 from strato.api.middleware import StratoMiddleware, accepts_json
 from strato.api.policy import PolicyFile, PolicyMode
@@ -279,6 +280,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.add_middleware(ProvidersBelow, state=app.state)
     app.add_middleware(FastSchedule, state=app.state)
     app.add_middleware(StratoJson)
+    app.add_middleware(PolicyFirst)  # before anything reads a /strato/v1 body
     app.add_middleware(StratoMiddleware, auth=strategy,
                        max_body_bytes=settings.max_body_bytes, zone_id=app.state.zone_id,
                        zone_name=settings.zone_name)

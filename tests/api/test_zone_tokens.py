@@ -91,3 +91,33 @@ def test_only_an_admin_or_the_sending_parent_cancels(app_client: TestClient) -> 
     assert "only by the zone that sent it" in r.json()["errors"][0]["detail"]
     r = c.post("/strato/v1/requests/cancel", json=body, headers=_as("admin"))
     assert r.status_code == 200, r.text
+
+
+def test_a_write_refused_by_policy_is_refused_before_its_body_is_read(
+        app_client: TestClient) -> None:
+    """As Placement checks its policy before it reads a body: a caller without
+    the right gets 403 for a malformed body too, not a 400 about its content
+    (which would mean the server parsed it, megabytes of it, for nobody)."""
+    c = app_client
+    user = _as("u:p")
+    junk = b'{"consumers": ' + b"[" * 50 + b"1" + b"]" * 50 + b', "tags": "x"}'
+    for method, path in (("POST", "/strato/v1/schedule"), ("POST", "/strato/v1/explain"),
+                         ("POST", "/strato/v1/claims"), ("POST", "/strato/v1/claims/confirm"),
+                         ("POST", "/strato/v1/claims/release"),
+                         ("POST", "/strato/v1/requests/cancel"),
+                         ("PUT", f"/strato/v1/providers/{uuid.uuid4()}/meta"),
+                         ("POST", f"/strato/v1/providers/{uuid.uuid4()}/heartbeat"),
+                         ("POST", "/strato/v1/children")):
+        r = c.request(method, path, content=junk, headers={
+            **user, "content-type": "application/json"})
+        assert r.status_code == 403, (method, path, r.status_code, r.text)
+        err = r.json()["errors"][0]
+        assert err["detail"].startswith("Policy does not allow strato:"), err
+        assert err["request_id"], err
+    # Those allowed still get their body checked.
+    r = c.post("/strato/v1/schedule", content=junk,
+               headers={**_as("admin"), "content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    r = c.post("/strato/v1/children", json={"name": "kid", "url": "http://127.0.0.1:9",
+                                            "tags": ["t"] * 100_000}, headers=_as("join"))
+    assert r.status_code == 400 and "tags" in r.text, r.text

@@ -5,12 +5,13 @@ when the child's summary shows it."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
 
 from strato.zone import summary as summaries
-from strato.zone.inprocess import InProcessTree, ZoneSpec
+from strato.zone.inprocess import InProcessTree, ZoneSpec, build
 from tests.zone.test_loops import _background_rounds, _host, run
 
 DIAMOND = [ZoneSpec("root"), ZoneSpec("a", parent="root"), ZoneSpec("b", parent="root"),
@@ -239,3 +240,23 @@ def test_a_diamond_under_a_zone_with_its_own_hosts(tmp_path: Path) -> None:
         # root's own 2 VCPU, plus the children's at least b's 40 (x 8 + b-h0 32).
         assert s["providers"] == 3 and s["classes"]["VCPU"]["capacity"] == 42, s
     run(tmp_path, DIAMOND, scenario)
+
+
+def test_a_child_outside_this_zones_location_prefix_is_refused(tmp_path: Path) -> None:
+    """As a provider here must be within the zone's prefix: a child zone at
+    ord/room9 under dfw would never be sent a request pinned there."""
+    async def main() -> None:
+        tree = build(tmp_path, [ZoneSpec("global"),
+                                ZoneSpec("dfw", parent="global", location_prefix="dfw")])
+        await tree.link()
+        try:
+            c = tree.client("dfw")
+            r = await c.post("/strato/v1/children", json={
+                "name": "misfit", "url": "http://127.0.0.1:9", "location_prefix": "ord/room9"})
+            assert r.status_code == 400, r.text
+            assert "outside this zone's location prefix" in r.json()["errors"][0]["detail"]
+            r = await c.get("/strato/v1/children")
+            assert [k["name"] for k in r.json()["children"]] == []
+        finally:
+            await tree.aclose()
+    asyncio.run(main())

@@ -21,7 +21,7 @@ from strato.api.auth import REGISTRATION_ROLE
 from strato.api.body import bounded_faults
 from strato.api.responses import json_response
 from strato.model import errors
-from strato.model.location import LocationError, canonical_location, canonical_tags
+from strato.model.location import MAX_TAGS, LocationError, canonical_location, canonical_tags
 from strato.model.schedule import REQUEST_ID_PATTERN
 from strato.store import children as store
 from strato.store import providers, provisional
@@ -46,7 +46,9 @@ class ChildSpec(BaseModel):
                      description="http(s)://host[:port][/path prefix] of the child zone "
                      "(inproc://name for the zones of an in-process tree).")
     location_prefix: str | None = None
-    tags: list[str] = Field(default_factory=list)
+    # (duplicates are dropped before MAX_TAGS applies; a list this long is refused
+    # before its items are looked at)
+    tags: list[str] = Field(default_factory=list, max_length=4 * MAX_TAGS)
     credential: str | None = Field(default=None, max_length=1024, pattern=TOKEN_PATTERN,
                                    description="Token this zone sends when calling the child "
                                    "(no control characters: it goes into a header).")
@@ -197,6 +199,7 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
             "zone loops are per process; restart it with --workers 1 first")
     tree = tree_of(request)
     _callable_here(tree, body.url)
+    _within_prefix(tree, body)
     await _not_this_zone(request, tree, body)
     if await tree.closes_cycle(body.url, body.credential):
         raise errors.Conflict(
@@ -266,12 +269,28 @@ def _callable_here(tree: ZoneTree, url: str) -> None:
             f"(got {url[:200]!r})")
 
 
+def _within_prefix(tree: ZoneTree, body: ChildSpec) -> None:
+    """400 for a child whose location prefix is outside this zone's: a request
+    pinned there would never be sent to it (as for a provider here)."""
+    own = canonical_location(tree.config.location_prefix)
+    loc = body.location_prefix
+    if own and loc is not None and loc != own and not loc.startswith(own + "/"):
+        raise errors.BadRequest(
+            f"location_prefix: {loc!r} is outside this zone's location prefix {own!r}: a "
+            f"child zone here must be at {own!r} or below it (e.g. '{own}/room1'), or have "
+            "none")
+
+
 async def _not_this_zone(request: Request, tree: ZoneTree, body: ChildSpec) -> None:
     """400 if `body` is this zone itself (by name, by its advertised address,
     or by a call to the URL that comes back here): its calls to its children
     would come back to it, round and round."""
     if body.name == tree.config.name:
         raise errors.BadRequest(f"name: {body.name!r} is this zone's own name; a zone cannot "
+                                "be its own child (give each zone its own name: strato serve "
+                                "--zone NAME; both are 'local' without it)"
+                                if body.name == "local" else
+                                f"name: {body.name!r} is this zone's own name; a zone cannot "
                                 "be its own child")
     advertised = request.app.state.settings.advertise_url
     if advertised and body.url.lower() == advertised.rstrip("/").lower():
