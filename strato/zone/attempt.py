@@ -180,6 +180,13 @@ def part_zone(request_id: str) -> str | None:
     return found.group(1) if found else None
 
 
+def part_origin(request_id: str) -> str:
+    """The id of the request a part id was made for (its tries share it):
+    `request_id` without the tail `part_id` adds; as it is if it has none."""
+    found = _PART_TAIL.search(request_id)
+    return request_id[:found.start()] if found else request_id
+
+
 def part_id(request_id: str, zone: str) -> str:
     """A fresh id for one part of `request_id` that this zone asks of another
     (or of its own providers): unique per try, so a retry never collides with

@@ -62,7 +62,7 @@ from strato.store.ledger import State
 from strato.store.util import utcnow
 from strato.zone import clock, protocol, shared, split, subtree, sweep
 from strato.zone import summary as summaries
-from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_id
+from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_id, part_origin
 from strato.zone.failures import FailureMemory, Refusal, shape_of
 from strato.zone.prune import predicted_fit, prune_reason, static_reason
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
@@ -184,8 +184,9 @@ class ZoneTree:
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _fetching: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     _group_locks: split.GroupLocks = field(default_factory=split.GroupLocks)
-    # Consumers being placed through this zone: (request id, request) by consumer.
-    _in_flight: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    # Consumers being placed through this zone, by consumer: ((whose, request
+    # id), request); whose: "client", or "parent" with the id of its request.
+    _in_flight: dict[str, tuple[tuple[str, str | None], int]] = field(default_factory=dict)
     # Requests whose ids are held in memory, not yet in the ledger: request id
     # -> the attempt (its parts asked of children so far; see `_note_part`).
     _open: dict[str, Attempt] = field(default_factory=dict)
@@ -830,8 +831,9 @@ class ZoneTree:
             return self._finish_explain(req, answer, outcomes)
         client_id = req.request_id
         with self._placing(req):
-            if req.hops == 0:
-                await self._refuse_placed(req)
+            # Also for a parent's request: a consumer a client placed here
+            # directly is not the parent's to know of.
+            await self._refuse_placed(req)
             look = False  # a new id is the common case: its reservation tells
             while True:
                 begun = await self._begin(req, look=look)
@@ -877,24 +879,24 @@ class ZoneTree:
         request with another id (or none) for one of them meanwhile is a 409
         (each child checks only its own consumers; two requests could else
         place one consumer in two zones). The same id is the ledger's to
-        settle: it waits for the first, or replays it. Checked where a client's
-        request enters the tree."""
+        settle: it waits for the first, or replays it. A parent's tries of
+        one request come with new part ids while an earlier one may still run
+        here (the parent settles them): they count as one request, and as
+        another than a client's request sent here directly (which the parent
+        cannot know of) with any id."""
         mine: list[str] = []
-        if req.hops > 0:
-            # From a parent: its retries of one request come with new part ids
-            # while an earlier one may still run here; the parent settles them.
-            yield
-            return
+        key = (("parent", part_origin(req.request_id)) if req.hops > 0
+               and req.request_id is not None else ("client", req.request_id))
         try:
             for c in req.consumers:
                 other = self._in_flight.get(c)
-                if other is not None and (other[0] is None or other[0] != req.request_id):
+                if other is not None and (other[0][1] is None or other[0] != key):
                     raise errors.Conflict(
                         f"consumer generation conflict - consumer {c} is being placed by "
                         "another request (a schedule request places new consumers only)",
                         errors.CONCURRENT_UPDATE)
                 if other is None:
-                    self._in_flight[c] = (req.request_id, id(req))
+                    self._in_flight[c] = (key, id(req))
                     mine.append(c)
             yield
         finally:
@@ -1179,6 +1181,30 @@ class ZoneTree:
                 raise _Duplicate()
             self._open[rid] = attempt
         attempt.pending.append(ledger.Part(child, pid, tuple(consumers), attempt.token))
+
+    def _check_owners(self, child: str, answer: Mapping[str, Any]) -> None:
+        """Faulty: `child`'s answer places on a provider this zone knows to be
+        another's (its own, or one its routing table has from another child's
+        listing): a placement there was claimed by nobody, and a client
+        acting on it would overcommit that host."""
+        own = self.local.engine.index.pos
+        for i, p in enumerate(answer.get("placements", [])):
+            for rp in p.get("allocations", {}):
+                owner = self.config.name if rp in own else self.provider_zones.get(rp)
+                if owner is not None and owner != child and not self._overlap(owner, child):
+                    raise protocol.Faulty(
+                        f"schedule answer: placements.{i}.allocations: provider {rp} is "
+                        f"zone {owner!r}'s, not {child!r}'s")
+
+    def _overlap(self, a: str, b: str) -> bool:
+        """Children `a` and `b` count a zone in common (one registered under
+        both, a diamond): a provider may be listed through either."""
+        ids = []
+        for name in (a, b):
+            cached = self.cache.get(name)
+            below = cached.body.get("zone_ids") if cached is not None else None
+            ids.append(set(below) if isinstance(below, list) else set())
+        return not ids[0].isdisjoint(ids[1])
 
     def _held_by_another(self, attempt: Attempt) -> bool:
         """Another attempt holds `attempt`'s id in memory (its first part is
@@ -1588,6 +1614,7 @@ class ZoneTree:
             if reply.status == 200:
                 answer = protocol.read_schedule_answer(req, reply.body,
                                                        self._own_name(child))
+                self._check_owners(child.name, answer)
                 summary = answer.pop("zone_summary", None)
                 if summary is not None or not req.dry_run:
                     # A dry run moved nothing there: what is cached stays as

@@ -103,6 +103,69 @@ def test_a_duplicate_at_a_mid_zone_is_answered_once(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+def _pinned(body: dict[str, Any], room: str) -> dict[str, Any]:
+    return {**body, "constraints": [{"type": "location", "pattern": f"dfw/{room}/*"}]}
+
+
+@pytest.mark.parametrize("request_id", ["same-id", None])
+def test_a_consumer_placed_at_a_mid_zone_is_not_placed_again_through_its_parent(
+        tmp_path: Path, request_id: str | None) -> None:
+    """A client places X at dfw directly, then sends it to the root (a retry
+    at another entry point): dfw, on both paths, knows X is in one of its
+    cells and refuses the parent's request for it, as the root would its own."""
+    async def scenario(tree: InProcessTree) -> None:
+        body = req(1, request_id=request_id)
+        first = await tree.client("dfw").post("/strato/v1/schedule",
+                                              json=_pinned(body, "room1"))
+        assert first.status_code == 200, first.text
+        again = await tree.client("global").post("/strato/v1/schedule",
+                                                 json=_pinned(body, "room2"))
+        assert again.status_code == 409, again.text
+        assert again.json()["errors"][0]["code"] == "placement.concurrent_update", again.text
+        assert await held_at(tree, body["consumers"][0]) == ["dfw-r1"]
+        invariants(tree, set(body["consumers"]))
+    run(tmp_path, scenario)
+
+
+def test_one_consumer_sent_at_once_to_a_mid_zone_and_its_parent_is_placed_once(
+        tmp_path: Path) -> None:
+    """The same body at dfw and at the root at once, pinned to its two cells:
+    dfw sees both, and only one places (the other is a 409)."""
+    async def scenario(tree: InProcessTree) -> None:
+        live: set[str] = set()
+        for i in range(6):
+            body = req(1, request_id=f"twice-{i}")
+            here, above = await asyncio.gather(
+                tree.client("dfw").post("/strato/v1/schedule", json=_pinned(body, "room1")),
+                tree.client("global").post("/strato/v1/schedule",
+                                           json=_pinned(body, "room2")))
+            codes = sorted([here.status_code, above.status_code])
+            assert codes in ([200, 409], [200, 503]), (here.text, above.text)
+            assert len(await held_at(tree, body["consumers"][0])) == 1
+            live.update(body["consumers"])
+        invariants(tree, live)
+    run(tmp_path, scenario)
+
+
+def test_a_client_request_id_shaped_as_a_zones_part_id_is_refused(tmp_path: Path) -> None:
+    """Zones tell their own parts at a child by the id's tail (`@zone#` and 8
+    hex digits); a client's id of that shape would be taken for the named
+    zone's, and cancelled by its start-up sweep. 400, and nothing placed."""
+    async def scenario(tree: InProcessTree) -> None:
+        for zone, rid in (("dfw", "nightly@global#0a1b2c3d"), ("dfw-r1", "job@dfw#deadbeef"),
+                          ("global", "x@anything#01234567")):
+            body = req(1, request_id=rid)
+            r = await tree.client(zone).post("/strato/v1/schedule", json=body)
+            assert r.status_code == 400, r.text
+            assert "request_id" in r.json()["errors"][0]["detail"], r.text
+            assert await held_at(tree, body["consumers"][0]) == []
+        # Ids with '@' or '#' otherwise are a client's to use.
+        r = await tree.client("dfw").post("/strato/v1/schedule",
+                                          json=req(1, request_id="ops@team#batch-7"))
+        assert r.status_code == 200, r.text
+    run(tmp_path, scenario)
+
+
 async def held_in_memory_at_dfw(tree: InProcessTree, request_id: str
                                 ) -> tuple[dict[str, Any], asyncio.Future[Any]]:
     """A request from dfw's parent, held in dfw's memory while its cells are slow:

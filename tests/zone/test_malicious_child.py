@@ -408,3 +408,34 @@ def test_real_parent_against_a_hostile_http_child(tmp_path: Path, mode: str, lea
         parent.stop()
         liar.shutdown()
         liar.server_close()
+
+
+@pytest.mark.parametrize("whose", ["honest", "global"])
+def test_a_placement_on_another_zones_provider_is_a_lie(tmp_path: Path, whose: str) -> None:
+    """A child that answers with a placement on a provider this zone knows is
+    not its own (another child's, from a listing through this zone, or this
+    zone's own) claimed nothing there: a client booting on it would
+    overcommit that host. The answer is discarded and the child is faulty."""
+    taken: dict[str, str] = {}
+
+    def on_theirs(asked: dict[str, Any]) -> Any:
+        rp = taken["rp"]
+        return answer([{**placement(c), "provider": rp,
+                        "allocations": {rp: {"resources": {"VCPU": 1}}}}
+                       for c in asked["consumers"]], asked)
+    liar = Liar(lie=on_theirs)
+
+    async def scenario(tree: InProcessTree) -> None:
+        # The routing table learns where each provider is from a listing.
+        r = await tree.client("global").get("/resource_providers")
+        assert r.status_code == 200, r.text
+        names = {p["name"]: p["uuid"] for p in r.json()["resource_providers"]}
+        taken["rp"] = names["honest-h0" if whose == "honest" else "own-h0"]
+        got = await place_safely(tree, explain=True)
+        assert liar.asked, "the liar was not asked first"
+        outcomes = {o["zone"]: o for o in got["explain"]["children"]}
+        assert outcomes["liar"]["outcome"] == "faulty", outcomes
+        health = await liar_health(tree)
+        assert health["last_error"].startswith("faulty: ") and "is zone" in \
+            health["last_error"], health
+    run(tmp_path, liar, scenario)

@@ -21,6 +21,7 @@ from strato.api.responses import REQUEST_ID_KEY, json_response, strato_error_res
 from strato.model import errors
 from strato.model.schedule import ScheduleAnswer, ScheduleRequest
 from strato.zone import subtree
+from strato.zone.attempt import part_zone
 from strato.zone.scheduler import NoValidPlacement
 from strato.zone.tree import ZoneTree
 
@@ -50,6 +51,20 @@ def check_hops(body: ScheduleRequest) -> None:
                                 "has a loop or is deeper than allowed")
 
 
+def check_client_id(body: ScheduleRequest) -> None:
+    """400 for a client's request id shaped as the ids zones make for the
+    parts they ask of a child (`…@zone#` and 8 hex digits): the zone named
+    there would take the request for one of its own, and its start-up sweep
+    would cancel it as one it no longer knows."""
+    if body.hops == 0 and body.request_id is not None:
+        maker = part_zone(body.request_id)
+        if maker is not None:
+            raise errors.BadRequest(
+                f"request_id: {body.request_id[:80]!r} ends as the ids zones make for the "
+                f"parts of requests they send to a child zone ('@{maker[:40]}#' and 8 hex "
+                "digits), which a client's id may not: use another id")
+
+
 async def schedule_response(tree: ZoneTree, body: ScheduleRequest, rid: str | None,
                             metrics: Metrics | None = None, recent: Recent | None = None
                             ) -> Response:
@@ -58,6 +73,7 @@ async def schedule_response(tree: ZoneTree, body: ScheduleRequest, rid: str | No
     start = time.perf_counter()
     result, placed = "error", 0
     try:
+        check_client_id(body)
         answer = await tree.schedule(body)
         result, placed = "placed", len(answer.get("placements", []))
         subtree.learn_placements(tree, answer)
