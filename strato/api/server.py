@@ -15,7 +15,10 @@ bounds in front of the parser:
   of the connection: a connection that sends nothing is closed too): 408;
 * a body must keep coming: `body_timeout` seconds without a byte of a body
   that is not complete yet, and the connection is closed (408 if nothing was
-  answered yet);
+  answered yet); and it must come at `min_body_rate` bytes a second on the
+  whole: a body has `body_timeout` seconds, plus one for every
+  `min_body_rate` bytes it has sent (as Apache's mod_reqtimeout MinRate), so
+  that a client sending a byte now and then cannot hold a connection for ever;
 * the number of open connections is uvicorn's `limit_concurrency`
   (`max_connections`): past it, requests are answered 503.
 
@@ -47,12 +50,14 @@ class Limits:
     max_headers: int = 100
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    min_body_rate: int = 1024
     max_connections: int = 1000
 
     ENV = {"max_header_bytes": "STRATO_MAX_HEADER_BYTES",
            "max_headers": "STRATO_MAX_HEADERS",
            "header_timeout": "STRATO_HEADER_TIMEOUT",
            "body_timeout": "STRATO_BODY_TIMEOUT",
+           "min_body_rate": "STRATO_MIN_BODY_RATE",
            "max_connections": "STRATO_MAX_CONNECTIONS"}
 
     @classmethod
@@ -74,6 +79,8 @@ class Limits:
             raise ValueError("max headers must be at least 8")
         if self.header_timeout <= 0 or self.body_timeout <= 0:
             raise ValueError("timeouts must be positive")
+        if self.min_body_rate < 1:
+            raise ValueError("min body rate must be at least 1 byte a second")
         if self.max_connections < 1:
             raise ValueError("max connections must be at least 1")
 
@@ -97,6 +104,8 @@ class GuardedHttp(HttpToolsProtocol):
         self._too_big = False
         self._line_done = False  # the request line of this head has ended
         self._timer: asyncio.TimerHandle | None = None
+        self._body_start = 0.0
+        self._body_bytes = 0
         self._arm(self.limits.header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -122,7 +131,10 @@ class GuardedHttp(HttpToolsProtocol):
         if self._in_head and self._head_bytes == 0:
             self.transport.close()  # an idle connection: nothing to answer
         elif not started:
-            self._refuse(408, "request timeout: the request was not sent in time")
+            slow = not self._in_head and self._body_start and self._body_left() <= 0.001
+            self._refuse(408, "request timeout: the body came too slowly (under "
+                         f"{self.limits.min_body_rate} bytes a second)" if slow
+                         else "request timeout: the request was not sent in time")
         else:
             self.transport.close()
 
@@ -147,7 +159,15 @@ class GuardedHttp(HttpToolsProtocol):
                     self._refuse(431, "request header fields too large")
                 return
         elif self.cycle is not None and not self.cycle.response_complete and self._timer:
-            self._arm(self.limits.body_timeout)  # the body is moving
+            # The body is moving: a pause of body_timeout from now, within
+            # what its rate so far allows.
+            self._body_bytes += len(data)
+            left = self._body_left()
+            if left <= 0:
+                self._refuse(408, "request timeout: the body came too slowly (under "
+                             f"{self.limits.min_body_rate} bytes a second)")
+                return
+            self._arm(min(self.limits.body_timeout, left))
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
@@ -162,6 +182,12 @@ class GuardedHttp(HttpToolsProtocol):
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """An Upgrade header (Strato serves no WebSocket: `ws="none"`) is
+        ignored and the request served as plain HTTP, as Placement does; not
+        a warning per request (a client could flood the log with them)."""
+        self.logger.debug("upgrade request served as plain HTTP")
 
     def _head_fits(self, data: bytes) -> bool:
         """Counts `data` against the head's limit: the part up to the end of
@@ -191,6 +217,8 @@ class GuardedHttp(HttpToolsProtocol):
         self._tail = b""
         super().on_headers_complete()
         if self.parser is not None and not self.transport.is_closing():
+            self._body_start = self.loop.time()
+            self._body_bytes = 0
             self._arm(self.limits.body_timeout)
 
     def on_message_complete(self) -> None:
@@ -200,6 +228,11 @@ class GuardedHttp(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._line_done = False
+
+    def _body_left(self) -> float:
+        """Seconds left for the body at its minimum rate (see the module)."""
+        allowed = self.limits.body_timeout + self._body_bytes / self.limits.min_body_rate
+        return self._body_start + allowed - self.loop.time()
 
     def send_400_response(self, msg: str) -> None:
         """A request the parser cannot read: Placement's error (uvicorn's is

@@ -125,17 +125,54 @@ def _is_http_url(url: str) -> bool:
 
 
 def _check_port(host: str, port: int) -> None:
-    """One clear line, before anything starts, when the address is taken."""
+    """One clear line, before anything starts, when the address is taken (or
+    is not one of this machine's)."""
+    import errno
     import socket
+    if not 0 <= port <= 65535:
+        console.print(f"[red]invalid --port[/] {port}: 0 to 65535")
+        raise typer.Exit(2)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+        except socket.gaierror as exc:
+            console.print(f"[red]cannot listen on {host}:{port}[/]: {exc.strerror}; give "
+                          "--host an address or name of this machine")
+            raise typer.Exit(2) from None
         except OSError as exc:
-            console.print(f"[red]cannot listen on {host}:{port}[/]: {exc.strerror}; pick "
-                          "another --port or stop what uses it")
+            hint = ("give --host an address of this machine" if exc.errno in (
+                errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
+                else "pick another --port or stop what uses it")
+            console.print(f"[red]cannot listen on {host}:{port}[/]: {exc.strerror}; {hint}")
             raise typer.Exit(1) from None
+
+
+def _own_url(scheme: str, host: str, port: int) -> str:
+    """The URL this zone answers at (an IPv6 address in brackets)."""
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def _check_child_options(zone: str, advertise_url: str | None, scheme: str, host: str,
+                         port: int) -> None:
+    """What the parent would refuse at registration, after start-up and in the
+    log only (the zone then serves alone): said now, exit 2."""
+    from strato.api.routes.zone import _ZONE_NAME as REGISTERED_NAME
+    from strato.zone.protocol import zone_url
+    if not re.match(REGISTERED_NAME, zone):
+        console.print(f"[red]invalid --zone[/] {zone!r} for a zone with a --parent: 1-63 "
+                      "letters, digits, '-', '_' or '.', starting with a letter or digit "
+                      "(e.g. dfw or dfw-r1)")
+        raise typer.Exit(2)
+    url = advertise_url or _own_url(scheme, host, port)
+    try:
+        zone_url(url)
+    except ValueError as exc:
+        what = "--advertise-url" if advertise_url else "the URL made of --host and --port"
+        console.print(f"[red]invalid {what}[/] {url!r}: {escape(str(exc))} (the parent calls "
+                      "this zone there; e.g. --advertise-url http://10.0.0.5:8780)")
+        raise typer.Exit(2) from None
 
 
 _LOCK: Any = None  # the lock file of the SQLite database this process serves
@@ -290,14 +327,14 @@ def serve(
                                    help="Admin token clients must send as X-Auth-Token. "
                                    "Without one the server runs in development mode "
                                    "(Placement noauth2 behaviour) on loopback only."),
-    workers: int = typer.Option(1, help="Server processes (PostgreSQL only for >1)."),
+    workers: int = typer.Option(1, min=1, help="Server processes (PostgreSQL only for >1)."),
     log_level: str = typer.Option("warning", help="Log level of the server's own lines "
                                   "(access lines are logged at info)."),
     log_format: str = typer.Option("text", help="text or json (one JSON object a line)."),
     access_log: bool = typer.Option(True, "--access-log/--no-access-log",
                                     envvar="STRATO_ACCESS_LOG",
                                     help="A line per HTTP request (at info)."),
-    stale_after: float = typer.Option(90.0, envvar="STRATO_STALE_AFTER",
+    stale_after: float = typer.Option(90.0, envvar="STRATO_STALE_AFTER", min=1.0,
                                       help="Seconds without a report after which a provider "
                                       "that has an agent is stale (excluded from new "
                                       "placements)."),
@@ -332,9 +369,9 @@ def serve(
                                         "'dfw/room1': parents prune by it."),
     tag: list[str] = typer.Option([], "--tag", help="A tag every provider of this zone "
                                   "has (repeatable), e.g. --tag hipaa."),
-    summary_interval: float = typer.Option(5.0, help="Seconds between refreshes of the "
+    summary_interval: float = typer.Option(5.0, min=0.1, help="Seconds between refreshes of the "
                                            "children's summaries."),
-    child_timeout: float = typer.Option(5.0, help="Most seconds one call to a child zone "
+    child_timeout: float = typer.Option(5.0, min=0.1, help="Most seconds one call to a child zone "
                                         "may take (less when the request has less left) "
                                         "before the child is skipped and probed."),
     request_timeout: float = typer.Option(30.0, min=0.1, help="A schedule request's whole "
@@ -381,6 +418,10 @@ def serve(
     body_timeout: float = typer.Option(
         30.0, envvar="STRATO_BODY_TIMEOUT",
         help="Seconds a request body may pause before the connection is closed."),
+    min_body_rate: int = typer.Option(
+        1024, envvar="STRATO_MIN_BODY_RATE",
+        help="Bytes a second a request body must average: it has --body-timeout "
+        "seconds, plus one per this many bytes sent (408, closed)."),
     max_connections: int = typer.Option(
         1000, envvar="STRATO_MAX_CONNECTIONS",
         help="Open connections (and requests at work) per process; past it, 503."),
@@ -502,6 +543,11 @@ def serve(
             console.print("[red]--keystone-url needs keystoneauth1[/]: pip install "
                           "'strato[keystone]'")
             raise typer.Exit(2) from None
+    if auth_token is not None and not auth_token.strip():
+        # ("--auth-token $TOKEN" with the variable unset): not development mode.
+        console.print("[red]invalid --auth-token[/]: it is empty; give a token, or leave the "
+                      "option out for development mode (loopback only)")
+        raise typer.Exit(2)
     if auth_token is None and keystone_url is None and not _is_loopback(host):
         console.print(f"[red]refusing to listen on {host} without --auth-token[/]: "
                       "development mode (no token) is for loopback only")
@@ -553,7 +599,7 @@ def serve(
         raise typer.Exit(2) from None
     limits = Limits(max_header_bytes=max_header_bytes, max_headers=max_headers,
                     header_timeout=header_timeout, body_timeout=body_timeout,
-                    max_connections=max_connections)
+                    min_body_rate=min_body_rate, max_connections=max_connections)
     try:
         limits.check()
     except ValueError as exc:
@@ -573,7 +619,7 @@ def serve(
                         max_candidates=max_candidates, max_combinations=max_combinations,
                         zone_name=zone,
                         parent_url=parent, parent_token=parent_token,
-                        advertise_url=advertise_url or f"{scheme}://{host}:{port}",
+                        advertise_url=advertise_url or _own_url(scheme, host, port),
                         location_prefix=location_prefix, zone_tags=tuple(tag),
                         zone_credential=link_token or auth_token,
                         summary_interval=summary_interval,
@@ -598,6 +644,8 @@ def serve(
         console.print("[red]--port 0 with --parent needs --advertise-url[/]: the parent "
                       "would be told to call this zone at port 0")
         raise typer.Exit(2)
+    if parent is not None:
+        _check_child_options(zone, advertise_url, scheme, host, port)
     _check_port(host, port)
     # Migrate once, before workers start, so they do not race on it.
     _lock_sqlite(url)
@@ -663,7 +711,7 @@ def serve(
         os.environ["STRATO_CORS_ALLOW_HEADERS"] = ",".join(cors_allow_header)
         server_config = uvicorn.Config("strato.cli.main:app_from_env", factory=True, host=host,
                                 port=port, workers=workers, log_config=log_config,
-                                access_log=access_log, http=GuardedHttp,
+                                access_log=access_log, http=GuardedHttp, ws="none",
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                                 # A worker busy starting (its index) or serving
                                 # answers the supervisor's ping late: killed
@@ -675,7 +723,7 @@ def serve(
         server_config = uvicorn.Config(create_app(settings, migrate=False), host=host, port=port,
                                 log_config=log_config, access_log=access_log,
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=GuardedHttp,
-                                limit_concurrency=limits.max_connections,
+                                ws="none", limit_concurrency=limits.max_connections,
                                 **(tls.server_options() if tls else {}))
     _listen_and_serve(server_config, lambda bound: f"strato serving on {scheme}://{host}:"
                       f"{bound} database={_redact(url)}")

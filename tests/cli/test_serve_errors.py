@@ -152,3 +152,26 @@ def test_bad_security_options_end_in_one_line(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": "/nonexistent/m"})
     assert r.returncode == 2 and "invalid PROMETHEUS_MULTIPROC_DIR" in one_line(r)
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    # An unset variable in "--auth-token $TOKEN": not development mode on 0.0.0.0.
+    (["--auth-token", "", "--host", "0.0.0.0"], "invalid --auth-token"),
+    (["--port", "99999"], "invalid --port 99999"),
+    (["--port", "-1"], "invalid --port -1"),
+    (["--host", "nosuchhost.invalid", "--auth-token", "t"], "give --host an address"),
+    # What the parent would refuse at registration, in the log, after start-up.
+    (["--zone", "dfw+x", "--parent", "http://127.0.0.1:9"], "invalid --zone 'dfw+x'"),
+    (["--advertise-url", "notaurl", "--parent", "http://127.0.0.1:9"],
+     "invalid --advertise-url"),
+    (["--summary-interval", "0"], "--summary-interval"),
+    (["--child-timeout", "-1"], "--child-timeout"),
+    (["--stale-after", "-1"], "--stale-after"),
+    (["--workers", "0"], "--workers"),
+    (["--min-body-rate", "0"], "min body rate")])
+def test_an_option_out_of_range_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
+                                                       said: str) -> None:
+    r = serve("--db", f"sqlite:///{tmp_path / 'x.db'}", *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert said in one_line(r), r.stdout + r.stderr
+    assert "serving on" not in r.stdout + r.stderr

@@ -4,6 +4,7 @@ whose candidates explode, while other clients are still answered."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import sqlite3
@@ -29,7 +30,7 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
     db = f"sqlite:///{tmp_path / 'z.db'}"
     with ServerProcess(db, log_path=tmp_path / "server.log",
                        extra=["--header-timeout", "1", "--body-timeout", "1",
-                              "--max-connections", "64"]) as s:
+                              "--min-body-rate", "8", "--max-connections", "64"]) as s:
         yield s
 
 
@@ -175,6 +176,30 @@ def test_a_slow_body_that_keeps_coming_is_served(server: ServerProcess) -> None:
         time.sleep(0.6)  # each pause under the 1 s body timeout, 1.8 s in all
         sock.sendall(body[i:i + 6])
     assert status(answer(sock)) == 200
+
+
+def test_a_body_trickling_under_the_minimum_rate_is_cut_off(server: ServerProcess) -> None:
+    """A byte now and then never pauses for --body-timeout, but a body must
+    average --min-body-rate: it has the timeout plus a second per that many
+    bytes (1 + n/8 s here), and a connection is not held for ever."""
+    body = b'{"name": "' + b"x" * 200 + b'"}'
+    sock = connect(server)
+    sock.sendall(b"POST /resource_providers HTTP/1.1\r\nhost: x\r\n" + HEAD
+                 + b"content-type: application/json\r\n"
+                 + b"content-length: %d\r\n\r\n" % len(body))
+    t = time.monotonic()
+    sent = 0
+    with contextlib.suppress(OSError):
+        while sent < len(body) and time.monotonic() - t < 8:
+            time.sleep(0.25)  # 4 bytes a second, each pause well under 1 s
+            sock.sendall(body[sent:sent + 1])
+            sent += 1
+    raw = answer(sock)
+    assert time.monotonic() - t < 5, "held past the body's time"
+    assert status(raw) == 408, raw[:300]
+    assert "too slowly" in str(placement_error(raw)["detail"])
+    with api.client(server.url) as c:
+        assert c.get("/resource_providers").json()["resource_providers"] == []
 
 
 def test_past_the_connection_limit_requests_get_503(server: ServerProcess) -> None:
@@ -346,3 +371,13 @@ def test_a_write_of_10000_consumers_does_not_stop_the_server(
     # write of 1.5 s; before, the whole write. Against the write's own time,
     # as a slow hour of the machine (twice as slow, in a CI run) slows both.
     assert slowest_root < max(0.5, took[0] / 3), (slowest_root, took[0])
+
+
+def test_an_upgrade_to_websocket_is_served_as_plain_http(server: ServerProcess) -> None:
+    """Strato serves no WebSocket: an Upgrade header is ignored (as Placement
+    does), not an empty 403 outside the error format."""
+    r = httpx.get(server.url + "/resource_providers", timeout=10, headers={
+        **api.HEADERS, "connection": "Upgrade", "upgrade": "websocket",
+        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==", "sec-websocket-version": "13"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"resource_providers": []}
