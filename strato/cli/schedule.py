@@ -86,7 +86,8 @@ def parse_resources(text: str) -> dict[str, int]:
     try:
         out = parse_amounts([text], int)
     except AmountError as exc:
-        raise InputError(f"--resources {exc}, e.g. VCPU=2,MEMORY_MB=4096") from None
+        # (its message ends with an example of one item; this shows a list)
+        raise InputError(f"--resources {exc}; several: VCPU=2,MEMORY_MB=4096") from None
     if not out:
         raise InputError("--resources is empty")
     return out

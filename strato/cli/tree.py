@@ -2,7 +2,9 @@
 
 Each zone's own summary (capacity and use per class), then its children as
 it sees them (health, requests in doubt, last error), and, down their
-registered URLs, their children in turn. A zone that cannot be asked is
+registered URLs, their children in turn. A zone that cannot be asked from
+here (another token, an address only its parent reaches) but that its
+parent calls healthy is shown as its parent sees it; one that is down is
 shown with why; the rest of the tree is still shown. Exit codes: 0 every zone
 answered and is healthy; 1 some zone is unhealthy or could not be asked, or
 the first zone refused (a wrong token: 401); 3 the first zone could not be
@@ -49,17 +51,25 @@ def _get(client: httpx.Client, url: str, path: str) -> dict[str, Any]:
     return body
 
 
-def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[str, Any]
-          ) -> None:
+def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[str, Any],
+          seen_above: dict[str, Any] | None = None) -> None:
+    """`seen_above`: the parent's row for this zone (its cached summary): what
+    is shown when this zone cannot be asked from here (its own token, an
+    address only its parent can reach) while its parent says it is healthy."""
     try:
         summary = _get(client, url, "/strato/v1/summary?fresh=true")
         kids = _get(client, url, "/strato/v1/children")["children"]
-    except httpx.HTTPStatusError as exc:
-        node.add(f"[red]could not be asked[/]: {hints.http_error(exc.response)}")
-        state["bad"] = True
-        return
     except (httpx.HTTPError, ValueError, KeyError) as exc:
-        node.add(f"[red]could not be asked[/]: {escape(str(exc))}")
+        why = (hints.http_error(exc.response) if isinstance(exc, httpx.HTTPStatusError)
+               else escape(str(exc)))
+        if seen_above is not None and seen_above.get("summary"):
+            # Healthy as its parent sees it: not a fault of the tree.
+            short = why if len(why) <= 100 else why[:99] + "…"
+            node.add(f"[dim]as its parent sees it (not asked from here: {short})[/]")
+            for line in _classes(seen_above["summary"]):
+                node.add(line)
+            return
+        node.add(f"[red]could not be asked[/]: {why}")
         state["bad"] = True
         return
     state["zones"].append({"url": url, "summary": summary, "children": kids})
@@ -78,7 +88,7 @@ def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[st
                 label += f" — {escape(str(h['last_error'])[:100])}"
         child = node.add(label)
         if depth > 1 and ok and str(k.get("url", "")).startswith(("http://", "https://")):
-            _walk(client, str(k["url"]), child, depth - 1, state)
+            _walk(client, str(k["url"]), child, depth - 1, state, k)
         elif k.get("summary"):
             for line in _classes(k["summary"]):
                 child.add(line)
