@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import time
 import uuid as uuidlib
@@ -29,6 +30,8 @@ from strato.zone import attempt, subtree
 from strato.zone.protocol import TOKEN_PATTERN, zone_url
 from strato.zone.transport import ZONE_PATH
 from strato.zone.tree import ZoneTree
+
+log = logging.getLogger("strato.zone")
 
 router = APIRouter(prefix="/strato/v1", tags=["zone tree"])
 _ZONE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -228,6 +231,12 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
             f"name: zone {body.name!r} is registered to a live zone at {known.url}; only "
             "that zone (with its own identity) can register the name again. Stop it, or "
             f"remove it first (DELETE /strato/v1/children/{body.name})")
+
+    if known is not None and not _same_zone(known, body.url, identity):
+        # (Allowed: the zone registered under the name does not answer, or an
+        # admin registers it; said, as the old one may come back to find it taken.)
+        log.warning("child zone %r registered again by another zone: %s -> %s%s", body.name,
+                    known.url, body.url, " (an admin)" if ctx.is_admin else "")
 
     def write() -> tuple[store.Child, bool]:
         with deps.db(request).write() as conn:
