@@ -971,9 +971,17 @@ class ZoneTree:
         try)."""
         found = {p.child for p in await self._earlier(attempt, consumers,
                                                       [c.name for c in kids])}
+        # This zone restarted and has not listed them yet (zone/sweep.py): a
+        # part its earlier process asked for and lost the record of (this
+        # request's own, retried) may hold room there until it is cancelled.
+        unswept = (set() if self._sweep is None else
+                   {n for n in self._sweep.children if n not in self.swept_until} - found)
         return [Outcome(c.name, Result.IN_DOUBT, "an earlier try of this request may "
                         "still hold room there: it is cancelled when the zone answers again")
-                for c in kids if c.name in found]
+                for c in kids if c.name in found] + [
+                Outcome(c.name, Result.IN_DOUBT, "this zone restarted and has not asked it "
+                        "yet for the parts it lost the record of, which may hold room there")
+                for c in kids if c.name in unswept]
 
     async def _earlier(self, attempt: Attempt, consumers: Sequence[str],
                        children: Sequence[str]) -> list[in_doubt.InDoubt]:
