@@ -42,6 +42,8 @@ class Settings:
     # How often children's summaries are refreshed, and how long a child may
     # take to answer before it is skipped and marked unhealthy.
     summary_interval: float = 5.0
+    # A child that no zone above has called for this long registers again.
+    rejoin_after: float = 60.0
     child_timeout: float = 5.0
     # A schedule request's whole budget at the zone a client asked.
     request_timeout: float = 30.0

@@ -44,7 +44,7 @@ from strato.store.db import Database, trim_heap
 from strato.store.migrate import upgrade
 from strato.store.zone_meta import identity as zone_identity
 from strato.tls import Tls
-from strato.zone.registration import register_with_parent
+from strato.zone.registration import ParentContact, keep_registered
 from strato.zone.scheduler import LocalScheduler
 from strato.zone.transport import HttpTransport, Transport
 from strato.zone.tree import TreeConfig, ZoneTree
@@ -152,7 +152,8 @@ def create_app(settings: Settings, *, db: Database | None = None,
         if settings.parent_url:
             identity = await run_in_threadpool(_identity, database)
             app.state.registration = asyncio.create_task(
-                register_with_parent(settings, zone_transport, identity=identity))
+                keep_registered(settings, zone_transport, app.state.parent_contact,
+                                identity=identity, rejoin_after=settings.rejoin_after))
             tasks.append(app.state.registration)
         yield
         for t in tasks:
@@ -208,6 +209,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
         part.observer = app.state.metrics
     app.state.recent = Recent()
     app.state.registration = None
+    app.state.parent_contact = ParentContact()
 
     @app.exception_handler(errors.StratoError)
     async def _strato_error(request: Request, exc: errors.StratoError) -> Response:
@@ -283,7 +285,7 @@ def create_app(settings: Settings, *, db: Database | None = None,
     app.add_middleware(PolicyFirst)  # before anything reads a /strato/v1 body
     app.add_middleware(StratoMiddleware, auth=strategy,
                        max_body_bytes=settings.max_body_bytes, zone_id=app.state.zone_id,
-                       zone_name=settings.zone_name)
+                       zone_name=settings.zone_name, contact=app.state.parent_contact)
     if settings.audit_log:
         # Around everything that answers (authentication's refusals included);
         # the caller and request id are read from the scope it filled in.

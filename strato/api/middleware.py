@@ -29,6 +29,7 @@ from strato.api.responses import (
 )
 from strato.model import errors
 from strato.zone.protocol import MAX_PATH, PATH_HEADER
+from strato.zone.registration import ParentContact
 from strato.zone.transport import COUNTED, ZONE_PATH
 
 log = logging.getLogger("strato.api")
@@ -43,6 +44,7 @@ BROWSER_PATHS = frozenset({"/ui"})
 STRATO_PREFIX = "/strato/"
 # Sent on every zone-to-zone call (strato/zone/transport.py HEADERS).
 ZONE_PROTOCOL_HEADER = "x-strato-zone-protocol"
+CHILDREN_PATH = "/strato/v1/children"
 
 
 def basic_token(headers: dict[str, str]) -> None:
@@ -93,8 +95,10 @@ def zone_path(headers: dict[str, str], zone_id: str, zone_name: str) -> tuple[st
 
 class StratoMiddleware:
     def __init__(self, app: ASGIApp, auth: AuthStrategy, max_body_bytes: int,
-                 zone_id: str, zone_name: str) -> None:
+                 zone_id: str, zone_name: str, contact: ParentContact | None = None) -> None:
         self.app = app
+        # When a zone above last called this one (zone/registration.py).
+        self.contact = contact
         self.auth = auth
         self.max_body_bytes = max_body_bytes
         # This process's id on the paths of zone-to-zone calls (PATH_HEADER).
@@ -158,6 +162,10 @@ class StratoMiddleware:
                 # off the event loop.
                 scope[CONTEXT_KEY] = (await slow(headers) if slow is not None
                                       else self.auth.authenticate(headers))
+                if (self.contact is not None and PATH_HEADER in headers
+                        and not (path == CHILDREN_PATH and scope["method"] == "POST")):
+                    # A zone above called (not a child registering itself).
+                    self.contact.hear()
             undecodable = undecodable_query(scope.get("query_string", b""))
             if undecodable is not None:
                 raise errors.BadRequest(f"Invalid query string parameters: {undecodable}")

@@ -371,6 +371,11 @@ def serve(
                                   "has (repeatable), e.g. --tag hipaa."),
     summary_interval: float = typer.Option(5.0, min=0.1, help="Seconds between refreshes of the "
                                            "children's summaries."),
+    rejoin_after: float = typer.Option(
+        60.0, min=1.0, envvar="STRATO_REJOIN_AFTER",
+        help="With --parent: seconds without a call from the parent (it asks for this "
+        "zone's summary every few seconds) after which this zone registers again, in case "
+        "the parent lost its record of it (a database restored or started afresh)."),
     child_timeout: float = typer.Option(5.0, min=0.1, help="Most seconds one call to a child zone "
                                         "may take (less when the request has less left) "
                                         "before the child is skipped and probed."),
@@ -622,7 +627,7 @@ def serve(
                         advertise_url=advertise_url or _own_url(scheme, host, port),
                         location_prefix=location_prefix, zone_tags=tuple(tag),
                         zone_credential=link_token or auth_token,
-                        summary_interval=summary_interval,
+                        summary_interval=summary_interval, rejoin_after=rejoin_after,
                         child_timeout=child_timeout, request_timeout=request_timeout,
                         hold_ttl=hold_ttl, schedule_concurrency=schedule_concurrency,
                         cors_allowed_origins=tuple(cors_allowed_origin),

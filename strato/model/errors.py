@@ -33,6 +33,9 @@ REQUEST_CANCELLED = "strato.request_cancelled"
 # Strato: a zone-to-zone call came back to a zone it passed through (or
 # crossed more zones than a tree may have): the zone tree has a cycle.
 ZONE_LOOP = "strato.zone_loop"
+# Strato: a running child zone registering again on its own was removed by an
+# operator of its parent since it last registered (it joins when restarted).
+ZONE_REMOVED = "strato.zone_removed"
 ILLEGAL_DUPLICATE_QUERYPARAM = "placement.query.duplicate_key"
 QUERYPARAM_BAD_VALUE = "placement.query.bad_value"
 QUERYPARAM_MISSING_VALUE = "placement.query.missing_value"

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from strato.model import errors
-from strato.store.schema import children
+from strato.store.schema import children, removed_children
 from strato.store.util import upsert_insert, utcnow
 
 
@@ -60,6 +61,7 @@ def upsert_child(conn: Connection, name: str, url: str, location_prefix: str | N
            "updated_at": now}
     if identity_hash is not None:
         row["identity_hash"] = identity_hash
+    conn.execute(sa.delete(removed_children).where(removed_children.c.name == name))
     stmt = upsert_insert(conn, children).values(**row, created_at=now)
     conn.execute(stmt.on_conflict_do_update(
         index_elements=[children.c.name],
@@ -68,7 +70,18 @@ def upsert_child(conn: Connection, name: str, url: str, location_prefix: str | N
 
 
 def delete_child(conn: Connection, name: str) -> None:
+    """Remove a child, and remember that an operator did (`removed_at`)."""
     # None is named with a NUL (PostgreSQL refuses the query).
     if "\x00" in name or conn.execute(
             sa.delete(children).where(children.c.name == name)).rowcount == 0:
         raise errors.NotFound(f"No child zone named {name!r}")
+    stmt = upsert_insert(conn, removed_children).values(name=name, removed_at=utcnow())
+    conn.execute(stmt.on_conflict_do_update(index_elements=[removed_children.c.name],
+                                            set_={"removed_at": stmt.excluded.removed_at}))
+
+
+def removed_at(conn: Connection, name: str) -> datetime | None:
+    """When an operator removed the child `name` (None: not removed since it
+    last registered)."""
+    return conn.execute(sa.select(removed_children.c.removed_at)
+                        .where(removed_children.c.name == name)).scalar()

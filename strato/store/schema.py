@@ -268,6 +268,17 @@ children = sa.Table(
     sa.Column("identity_hash", sa.String(64), nullable=True),
 )
 
+# Strato: child zones an operator removed (DELETE /strato/v1/children/{name}).
+# A removed zone that is still running and registers again on its own (it
+# stopped hearing from this zone: `rejoin`) is refused; a zone that starts
+# afresh, or an admin's registration, clears the name.
+removed_children = sa.Table(
+    "strato_removed_children",
+    metadata,
+    sa.Column("name", sa.String(255), primary_key=True),
+    sa.Column("removed_at", sa.DateTime, nullable=False),
+)
+
 # Strato: provisional claims of a cross-zone placement. A held claim expires
 # (its allocations are released) unless confirmed before `expires_at`. The
 # coordinating zone also records the remote parts it must confirm, so that

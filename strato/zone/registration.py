@@ -1,10 +1,13 @@
-"""A child zone introduces itself to its parent, and keeps trying until it is heard."""
+"""A child zone introduces itself to its parent, keeps trying until it is
+heard, and introduces itself again when its parent stops calling it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
+import time
+from enum import Enum
 
 from pydantic import ValidationError
 
@@ -40,22 +43,56 @@ def _hint(status: int, name: str) -> str:
     return ""
 
 
-def _is_loop(body: object) -> bool:
+def _has_code(body: object, code: str) -> bool:
     try:
-        return any(e.get("code") == errors.ZONE_LOOP for e in read_error(body)["errors"])
+        return any(e.get("code") == code for e in read_error(body)["errors"])
     except Faulty:
         return False
 
 
-async def register_with_parent(settings: Settings, transport: Transport, *,
-                               identity: str | None = None, max_delay: float = 30.0) -> bool:
-    """POST this zone to {parent}/strato/v1/children until accepted.
+# A zone that has not been called by a zone above it for this long registers
+# again: its parent may have lost its record of it (a database restored from
+# a backup, or started afresh). A parent refreshes a child's summary every
+# few seconds (--summary-interval, default 5), so a registered zone is
+# called far more often than this.
+REJOIN_AFTER_S = 60.0
+# A parent's refusal (a wrong token, a name taken, a prefix outside the
+# parent's) is asked again this often: its operator may fix it.
+REFUSED_RETRY_S = 60.0
 
-    Returns False (and stops) if the parent refuses for good (4xx): a parent
-    may refuse a child it does not trust, or whose name another live zone has.
-    A 409 `strato.zone_loop` (the parent sees itself below this zone) is not
-    for good: the summaries it read may be a refresh behind a change of the
-    tree, so it is tried again, every `max_delay` seconds.
+
+class Outcome(Enum):
+    REGISTERED = "registered"
+    REFUSED = "refused"  # asked again later
+    REMOVED = "removed"  # an operator removed this zone: not asked again
+
+
+class ParentContact:
+    """When a zone above this one last called it (api/middleware.py hears every
+    zone-to-zone call but a child's own registration)."""
+
+    def __init__(self) -> None:
+        self.heard = time.monotonic()
+
+    def hear(self) -> None:
+        self.heard = time.monotonic()
+
+    def quiet_for(self) -> float:
+        return time.monotonic() - self.heard
+
+
+async def register_with_parent(settings: Settings, transport: Transport, *,
+                               identity: str | None = None, max_delay: float = 30.0,
+                               rejoin: bool = False,
+                               refused_retry: float = REFUSED_RETRY_S) -> Outcome:
+    """POST this zone to {parent}/strato/v1/children until it answers.
+
+    REFUSED for a refusal (4xx): a parent may refuse a child it does not
+    trust, or whose name another zone has; `keep_registered` asks again
+    later. A 409 `strato.zone_loop` (the parent sees itself below this zone)
+    is asked again here, every `max_delay` seconds: the summaries it read may
+    be a refresh behind a change of the tree. REMOVED when `rejoin` (this
+    zone registers again on its own) and an operator removed it there.
     """
     assert settings.parent_url is not None
     try:
@@ -71,7 +108,9 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
     except ValidationError as exc:
         # Every parent would refuse it: say why here, once, rather than retry.
         log.error("this zone cannot register with %s: %s", settings.parent_url, exc)
-        return False
+        return Outcome.REMOVED
+    if rejoin:
+        body["rejoin"] = True
     delay = 0.2
     failed = False
     while True:
@@ -85,24 +124,57 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
         else:
             if reply.status in (200, 201):
                 # After a failure said at warning level, the recovery is too.
-                log.log(logging.WARNING if failed else logging.INFO,
-                        "registered with parent %s as %s", settings.parent_url,
-                        settings.zone_name)
-                return True
+                log.log(logging.WARNING if failed or rejoin else logging.INFO,
+                        "registered with parent %s as %s%s", settings.parent_url,
+                        settings.zone_name, " again" if rejoin else "")
+                return Outcome.REGISTERED
             failed = True
-            if reply.status == 409 and _is_loop(reply.body):
+            if reply.status == 409 and _has_code(reply.body, errors.ZONE_LOOP):
                 log.error("parent %s refused this zone: it is below this zone already (a "
                           "cycle); retrying in %.0fs, in case that was a summary from before "
                           "a change: %s", settings.parent_url, max_delay, _detail(reply.body))
                 delay = max_delay
+            elif reply.status == 409 and _has_code(reply.body, errors.ZONE_REMOVED):
+                log.warning("parent %s: %s; this zone serves alone", settings.parent_url,
+                            _detail(reply.body))
+                return Outcome.REMOVED
             elif 400 <= reply.status < 500:
                 log.error("parent %s refused this zone (HTTP %s): %s%s; this zone serves "
-                          "alone until it is restarted", settings.parent_url, reply.status,
-                          _detail(reply.body), _hint(reply.status, settings.zone_name))
-                return False
+                          "alone, and asks again every %.0fs", settings.parent_url,
+                          reply.status, _detail(reply.body),
+                          _hint(reply.status, settings.zone_name), refused_retry)
+                return Outcome.REFUSED
             else:
                 log.warning("parent %s answered HTTP %s to the registration (%s; is it a "
                             "Strato zone?); retrying in %.1fs", settings.parent_url,
                             reply.status, _detail(reply.body), delay)
         await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
         delay = min(max_delay, delay * 2)
+
+
+async def keep_registered(settings: Settings, transport: Transport, contact: ParentContact,
+                          *, identity: str | None = None, max_delay: float = 30.0,
+                          rejoin_after: float = REJOIN_AFTER_S,
+                          refused_retry: float = REFUSED_RETRY_S) -> None:
+    """Register with the parent, and again whenever no zone above has called
+    this one for `rejoin_after` seconds (the parent may have lost its record
+    of it); a refusal is asked again every `refused_retry` seconds. Ends when
+    an operator removed this zone at the parent (it joins again when it is
+    restarted, or when an admin there adds it back)."""
+    rejoin = False
+    while True:
+        outcome = await register_with_parent(settings, transport, identity=identity,
+                                             max_delay=max_delay, rejoin=rejoin,
+                                             refused_retry=refused_retry)
+        if outcome is Outcome.REMOVED:
+            return
+        if outcome is Outcome.REFUSED:
+            await asyncio.sleep(refused_retry)
+            continue
+        contact.hear()
+        while contact.quiet_for() < rejoin_after:
+            await asyncio.sleep(max(0.01, min(10.0, rejoin_after - contact.quiet_for())))
+        log.warning("no call from parent %s for %.0fs (it calls every few seconds): "
+                    "registering again, in case it lost its record of this zone",
+                    settings.parent_url, contact.quiet_for())
+        rejoin = True

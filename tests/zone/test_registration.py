@@ -1,5 +1,5 @@
 """A child zone's registration with its parent (zone/registration.py): which
-refusals are final."""
+refusals are asked again, and registering again when the parent goes quiet."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from strato.config import Settings
-from strato.zone.registration import register_with_parent
+from strato.zone.registration import Outcome, ParentContact, keep_registered, register_with_parent
 from strato.zone.transport import Reply
 
 LOOP = {"errors": [{"status": 409, "title": "Conflict", "code": "strato.zone_loop",
@@ -24,32 +24,98 @@ class Answers:
     def __init__(self, *replies: Reply) -> None:
         self.replies = list(replies)
         self.calls = 0
+        self.bodies: list[dict[str, Any]] = []
 
-    async def call(self, url: str, method: str, path: str, **_: Any) -> Reply:
+    async def call(self, url: str, method: str, path: str, **kw: Any) -> Reply:
         self.calls += 1
+        self.bodies.append(kw["json"])
+        if not self.replies:
+            await asyncio.sleep(3600)
         return self.replies.pop(0)
 
 
-def _register(parent: Answers) -> bool:
-    settings = Settings(db_url="sqlite://", zone_name="dfw", parent_url="http://parent:1",
-                        advertise_url="http://dfw:2")
+SETTINGS = Settings(db_url="sqlite://", zone_name="dfw", parent_url="http://parent:1",
+                    advertise_url="http://dfw:2")
+
+
+def _register(parent: Answers) -> Outcome:
     return asyncio.run(asyncio.wait_for(
-        register_with_parent(settings, parent, max_delay=0.01), timeout=10))  # type: ignore[arg-type]
+        register_with_parent(SETTINGS, parent, max_delay=0.01), timeout=10))  # type: ignore[arg-type]
 
 
 def test_a_cycle_seen_by_the_parent_is_tried_again() -> None:
     """Its summaries may be a refresh behind a change of the tree (a zone
     moved): not a final refusal, as a name taken is."""
     parent = Answers(Reply(409, LOOP), Reply(409, LOOP), Reply(201, {}))
-    assert _register(parent) is True and parent.calls == 3
+    assert _register(parent) is Outcome.REGISTERED and parent.calls == 3
 
 
-def test_other_refusals_are_final() -> None:
+def test_other_refusals_end_a_round() -> None:
     parent = Answers(Reply(409, DUPLICATE), Reply(201, {}))
-    assert _register(parent) is False and parent.calls == 1
+    assert _register(parent) is Outcome.REFUSED and parent.calls == 1
     parent = Answers(Reply(403, {"errors": [{"status": 403, "title": "Forbidden",
                                              "detail": "no"}]}))
-    assert _register(parent) is False and parent.calls == 1
+    assert _register(parent) is Outcome.REFUSED and parent.calls == 1
+
+
+def _keep(parent: Answers, contact: ParentContact, seconds: float,
+          rejoin_after: float = 0.2) -> None:
+    async def run() -> None:
+        task = asyncio.ensure_future(keep_registered(
+            SETTINGS, parent, contact, max_delay=0.01,  # type: ignore[arg-type]
+            rejoin_after=rejoin_after, refused_retry=0.05))
+        await asyncio.wait([task], timeout=seconds)
+        task.cancel()
+    asyncio.run(run())
+
+
+def test_a_refusal_is_asked_again_until_the_parent_takes_the_zone() -> None:
+    """A wrong token, a name held by a zone since removed: fixed at the
+    parent, the zone joins without a restart."""
+    no = Reply(401, {"errors": [{"status": 401, "title": "Unauthorized", "detail": "no"}]})
+    parent = Answers(no, no, Reply(201, {}))
+    contact = ParentContact()
+    _keep(parent, contact, 0.5, rejoin_after=60)
+    assert parent.calls == 3 and not any("rejoin" in b for b in parent.bodies)
+
+
+def test_a_zone_the_parent_stops_calling_registers_again() -> None:
+    """The parent may have lost its record of it (restored from a backup):
+    the zone registers again, saying so (`rejoin`); one the parent keeps
+    calling does not."""
+    parent = Answers(Reply(201, {}), Reply(201, {}), Reply(200, {}))
+    _keep(parent, ParentContact(), 0.55)
+    assert parent.calls == 3
+    assert [b.get("rejoin", False) for b in parent.bodies] == [False, True, True]
+
+    parent = Answers(Reply(201, {}), Reply(201, {}))
+    contact = ParentContact()
+
+    async def calls_every(seconds: float) -> None:
+        while True:
+            contact.hear()
+            await asyncio.sleep(seconds)
+
+    async def run() -> None:
+        heard = asyncio.ensure_future(calls_every(0.05))
+        task = asyncio.ensure_future(keep_registered(
+            SETTINGS, parent, contact, max_delay=0.01,  # type: ignore[arg-type]
+            rejoin_after=0.2))
+        await asyncio.wait([task], timeout=0.8)
+        task.cancel()
+        heard.cancel()
+    asyncio.run(run())
+    assert parent.calls == 1
+
+
+def test_a_zone_an_operator_removed_stays_out_until_restarted(caplog: Any) -> None:
+    removed = Reply(409, {"errors": [{"status": 409, "title": "Conflict",
+                                      "code": "strato.zone_removed",
+                                      "detail": "zone 'dfw' was removed by an operator"}]})
+    parent = Answers(Reply(201, {}), removed, Reply(201, {}))
+    _keep(parent, ParentContact(), 0.8)
+    assert parent.calls == 2
+    assert "removed by an operator" in caplog.text
 
 
 def test_what_the_operator_reads(caplog: Any) -> None:
@@ -57,17 +123,19 @@ def test_what_the_operator_reads(caplog: Any) -> None:
     Strato zone is said as such; the recovery after a failure is a warning,
     as the failure was (seen at the default log level)."""
     caplog.set_level("INFO", logger="strato.zone")
-    assert _register(Answers(Reply(409, DUPLICATE))) is False
+    assert _register(Answers(Reply(409, DUPLICATE))) is Outcome.REFUSED
     said = caplog.text
     assert "a live zone has this name (placement.duplicate_name)" in said
     assert "strato children remove dfw" in said and "{'errors'" not in said
+    assert "asks again every 60s" in said
     caplog.clear()
     assert _register(Answers(Reply(401, {"errors": [{"status": 401, "title": "Unauthorized",
-                                                     "detail": "bad token"}]}))) is False
+                                                     "detail": "bad token"}]}))) \
+        is Outcome.REFUSED
     assert "--parent-token" in caplog.text
     caplog.clear()
     assert _register(Answers(Reply(501, "<html>Unsupported method</html>"),
-                             Reply(201, {}))) is True
+                             Reply(201, {}))) is Outcome.REGISTERED
     records = [r for r in caplog.records if r.name == "strato.zone"]
     assert "is it a Strato zone?" in records[0].getMessage()
     assert "http://parent:1" in records[0].getMessage()

@@ -60,6 +60,11 @@ class ChildSpec(BaseModel):
         description="The child zone's own secret identity (sent by `strato serve "
         "--parent`): only the zone holding it may re-register a name that is registered "
         "to a live zone.")
+    rejoin: bool = Field(
+        default=False,
+        description="Sent by a running zone that registers again because it stopped hearing "
+        "from this zone (its record here may have been lost): refused (409 "
+        "strato.zone_removed) for a zone an operator removed since it last registered.")
 
     @field_validator("url")
     @classmethod
@@ -216,10 +221,16 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
     identity = None if body.identity is None else hashlib.sha256(
         body.identity.encode()).hexdigest()
 
-    def read() -> store.Child | None:
+    def read() -> tuple[store.Child | None, datetime | None]:
         with deps.db(request).read() as conn:
-            return store.find_child(conn, body.name)
-    known = await run_in_threadpool(read)
+            return store.find_child(conn, body.name), store.removed_at(conn, body.name)
+    known, removed = await run_in_threadpool(read)
+    if body.rejoin and known is None and removed is not None:
+        raise errors.Conflict(
+            f"name: zone {body.name!r} was removed from zone {tree.config.name!r} by an "
+            f"operator at {removed.isoformat(timespec='seconds')}Z; it registers again "
+            "when it is restarted, or when an admin adds it (strato children add)",
+            errors.ZONE_REMOVED)
     if (not ctx.is_admin and known is not None and known.identity_hash is not None
             and known.identity_hash != identity):
         raise errors.Conflict(
@@ -237,6 +248,11 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
         # admin registers it; said, as the old one may come back to find it taken.)
         log.warning("child zone %r registered again by another zone: %s -> %s%s", body.name,
                     known.url, body.url, " (an admin)" if ctx.is_admin else "")
+    elif known is None and body.rejoin:
+        # This zone lost its record of the child (a database restored from a
+        # backup, or started afresh) while the child kept running.
+        log.warning("child zone %r at %s registered again: it had not heard from this zone "
+                    "for a while, and this zone had no record of it", body.name, body.url)
 
     def write() -> tuple[store.Child, bool]:
         with deps.db(request).write() as conn:
