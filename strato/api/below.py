@@ -105,6 +105,8 @@ class ProvidersBelow:
             await self.app(scope, receive, send)
             return
         status, headers, body = await _capture(self.app, scope, receive)
+        if item is None:
+            status, headers, body = await self._named_below(scope, status, headers, body)
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         query = scope.get("query_string", b"").decode("latin-1")
         rid = scope.get(REQUEST_ID_KEY)
@@ -131,6 +133,16 @@ class ProvidersBelow:
         out = Response(content=json.dumps(reply.body).encode() if reply.body is not None
                        else b"", status_code=reply.status, media_type="application/json")
         await out(scope, receive, send)
+
+    async def _named_below(self, scope: Scope, status: int, headers: list[tuple[bytes, bytes]],
+                           body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """This zone's answer to a GET; when it is a 400 for a custom resource
+        class or trait this zone's registry does not have, the children's
+        names are learned (a cell made it: `zone/names.py`) and, if that
+        brought any, the question is asked again."""
+        if status == 400 and b"No such " in body and await self.state.tree.learn_names():
+            return await _capture(self.app, scope, _no_body)
+        return status, headers, body
 
     async def _write(self, scope: Scope, receive: Receive, send: Send) -> None:
         item = _ITEM.match(scope["path"]) or _META.match(scope["path"])
@@ -207,6 +219,7 @@ class ProvidersBelow:
             await self.app(scope, receive, send)
             return
         status, headers, body = await _capture(self.app, scope, receive)
+        status, headers, body = await self._named_below(scope, status, headers, body)
         if status != 200:
             await _replay(status, headers, body, scope, receive, send)
             return

@@ -64,6 +64,7 @@ from strato.zone import clock, protocol, shared, split, subtree, sweep
 from strato.zone import summary as summaries
 from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_id, part_origin
 from strato.zone.failures import FailureMemory, Refusal, shape_of
+from strato.zone.names import TreeNames
 from strato.zone.prune import predicted_fit, prune_reason, static_reason
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
 from strato.zone.transport import Malformed, ObservedTransport, Transport, Unreachable, unrouted
@@ -82,6 +83,9 @@ CHILDREN_TTL_S = 5.0
 OWN_TTL_S = 1.0
 # Old answers kept by request id are purged this often.
 PURGE_EVERY_S = 300.0
+# A request naming a custom class or trait unknown here asks the subtree for
+# fresh summaries (their names) at most this often (`learn_names`).
+LEARN_EVERY_S = 1.0
 # The background loop's tick: probes of failed children are this fine.
 TICK_S = 0.25
 # A summary is small: a child that takes longer than this is not healthy.
@@ -166,6 +170,10 @@ class ZoneTree:
     # subtree (zone/subtree.py), each with a lookup in every child behind it.
     consumer_zones: subtree.Owners = field(default_factory=subtree.Owners)
     provider_zones: subtree.Owners = field(default_factory=subtree.Owners)
+    # Custom classes and traits the children list, made here too (zone/names.py).
+    names: TreeNames = field(default_factory=TreeNames)
+    _learning: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _learned_at: float = -LEARN_EVERY_S
     _kids: tuple[float, list[Child]] | None = None
     _own: tuple[float, bool] | None = None
     # The children the last summary merged as overlapping (warned once).
@@ -332,11 +340,27 @@ class ZoneTree:
         h.ok()
         self._note_clock(child.name, body, sent, received)
         self.cache[child.name] = Cached(body, time.monotonic())
+        self.names.note(body, self.db)
         if was_down:
             log.info("child zone %s answers again", child.name)
             if self._doubtful and child.name in self._doubtful:
                 self.spawn(self.reconcile(child.name))
         return body
+
+    async def learn_names(self) -> bool:
+        """Ask every child for a fresh summary and make the custom classes and
+        traits they list here (a request named one this zone's registry did
+        not have yet); whether any was new here."""
+        before = self.names.size()
+        # One fresh round at a time, and at most one a second: a client
+        # naming a class nobody has must not make every request a round
+        # through the whole subtree.
+        async with self._learning:
+            if time.monotonic() - self._learned_at >= LEARN_EVERY_S:
+                await self.refresh(fresh=True, wait=self.config.child_timeout)
+                self._learned_at = time.monotonic()
+            await self.names.settle(self.db)
+        return self.names.size() > before
 
     def _covers_this_zone(self, body: dict[str, Any]) -> bool:
         ids = body.get("zone_ids")

@@ -1,0 +1,74 @@
+"""Custom resource classes and traits made in a cell are known at the root
+(zone/names.py): a request that names them there is answered for the cell's
+providers, as one Placement would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from strato.zone.inprocess import InProcessTree
+from tests.zone.helpers import record_calls
+from tests.zone.test_split import host, run, zt
+
+V = {"openstack-api-version": "placement 1.39"}
+
+
+async def baremetal_in_dfw(tree: InProcessTree) -> str:
+    """A provider in cell dfw with a custom class and trait made there, after
+    the root's last look at the cell's summary."""
+    cell = tree.client("dfw")
+    assert (await cell.put("/resource_classes/CUSTOM_BAREMETAL_GOLD", headers=V)
+            ).status_code == 201
+    assert (await cell.put("/traits/CUSTOM_RAID10", headers=V)).status_code == 201
+    rp = await host(cell, "bm-1", "dfw/room1/rack0/bm-1")
+    r = await cell.put(f"/resource_providers/{rp}/inventories", headers=V, json={
+        "resource_provider_generation": 1,
+        "inventories": {"CUSTOM_BAREMETAL_GOLD": {"total": 1}}})
+    assert r.status_code == 200, r.text
+    r = await cell.put(f"/resource_providers/{rp}/traits", headers=V, json={
+        "resource_provider_generation": 2, "traits": ["CUSTOM_RAID10"]})
+    assert r.status_code == 200, r.text
+    return rp
+
+
+def test_a_class_and_trait_made_in_a_cell_are_asked_for_at_the_root(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        rp = await baremetal_in_dfw(tree)
+        root = tree.client("global")
+        r = await root.get("/allocation_candidates?resources=CUSTOM_BAREMETAL_GOLD:1"
+                           "&required=CUSTOM_RAID10", headers=V)
+        assert r.status_code == 200, r.text
+        assert [list(a["allocations"]) for a in r.json()["allocation_requests"]] == [[rp]]
+        r = await root.get("/resource_providers?resources=CUSTOM_BAREMETAL_GOLD:1"
+                           "&required=CUSTOM_RAID10", headers=V)
+        assert r.status_code == 200, r.text
+        assert [p["uuid"] for p in r.json()["resource_providers"]] == [rp]
+        # In the root's registry now, as in the cell's.
+        assert (await root.get("/resource_classes/CUSTOM_BAREMETAL_GOLD", headers=V)
+                ).status_code == 200
+        assert (await root.get("/traits/CUSTOM_RAID10", headers=V)).status_code == 204
+    run(tmp_path, scenario)
+
+
+def test_a_summary_brings_the_names_up_without_a_request(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        await baremetal_in_dfw(tree)
+        await zt(tree, "global").refresh(fresh=True)
+        await zt(tree, "global").names.settle(tree.dbs["global"])
+        root = tree.client("global")
+        assert (await root.get("/traits/CUSTOM_RAID10", headers=V)).status_code == 204
+    run(tmp_path, scenario)
+
+
+def test_a_name_nobody_has_is_a_400_and_asks_the_subtree_at_most_once_a_second(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        asked = record_calls(tree, lambda m, p: p.startswith("/strato/v1/summary"))
+        for _ in range(5):
+            r = await root.get("/allocation_candidates?resources=CUSTOM_NOWHERE:1", headers=V)
+            assert r.status_code == 400, r.text
+            assert "No such resource class CUSTOM_NOWHERE" in r.text
+        # One fresh round: the root asks its children, each its own.
+        assert 0 < len(asked) <= 6, asked
+    run(tmp_path, scenario)
