@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 from starlette.concurrency import run_in_threadpool
@@ -41,18 +41,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strato.api import deps, microversion
 from strato.api.middleware import replay_body
 from strato.api.query import capped_int
-from strato.api.responses import REQUEST_ID_KEY, strato_error_response
+from strato.api.responses import ERROR_CODES, REQUEST_ID_KEY, strato_error_response
 from strato.api.routes import allocations as allocation_routes
 from strato.model import errors
 from strato.store import allocations, providers
 from strato.zone import split, subtree, writes
+from strato.zone.transport import Reply
 
 _ITEM = re.compile(r"^/resource_providers/([0-9a-fA-F-]{32,36})"
-                   r"(?:/(?:inventories(?:/[A-Z0-9_]{1,255})?|traits|aggregates|usages|"
+                   r"(?:/(?:inventories(?:/[^/]{1,255})?|traits|aggregates|usages|"
                    r"allocations))?$")
 # Strato's own metadata of a provider (location, tags) follows its provider.
 _META = re.compile(r"^/strato/v1/providers/([0-9a-fA-F-]{32,36})/meta$")
-INCOMPLETE = "x-strato-incomplete"
+INCOMPLETE = subtree.INCOMPLETE
 _CONSUMER = re.compile(r"^/allocations/([0-9a-fA-F-]{32,36})$")
 # Custom traits and resource classes: one registry for the tree.
 _REGISTRY = re.compile(r"^/(?:traits/[A-Z0-9_]{1,255}|resource_classes(?:/[A-Z0-9_]{1,255})?)$")
@@ -130,9 +131,7 @@ class ProvidersBelow:
         if reply is None:
             await _replay(status, headers, body, scope, receive, send)
             return
-        out = Response(content=json.dumps(reply.body).encode() if reply.body is not None
-                       else b"", status_code=reply.status, media_type="application/json")
-        await out(scope, receive, send)
+        await _answer(reply, scope, receive, send)
 
     async def _named_below(self, scope: Scope, status: int, headers: list[tuple[bytes, bytes]],
                            body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
@@ -177,10 +176,7 @@ class ProvidersBelow:
         if reply is None:
             await _replay(status, headers, answer, scope, receive, send)
             return
-        content = json.dumps(reply.body).encode() if reply.body is not None else b""
-        out = Response(content=content, status_code=reply.status,
-                       media_type="application/json" if content else None)
-        await out(scope, receive, send)
+        await _answer(reply, scope, receive, send)
 
     async def _registry(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A custom trait or resource class made here is made in every child too
@@ -576,10 +572,26 @@ def _consumers(path: str, body: Any) -> list[str]:
     return [str(c).lower() for c in body] if isinstance(body, dict) else []
 
 
-async def _answer(reply: Any, scope: Scope, receive: Receive, send: Send) -> None:
-    """A child's answer, as it answered."""
-    content = json.dumps(reply.body).encode() if reply.body is not None else b""
-    out = Response(content=content, status_code=reply.status,
+async def _answer(reply: Reply, scope: Scope, receive: Receive, send: Send) -> None:
+    """A child's answer, as it answered: its body, and its Retry-After and
+    Location (made this zone's: the path, which this zone serves too). An
+    error's `code` is left out below microversion 1.23, as this zone's own
+    errors are (the child was asked as a zone, which always says it)."""
+    body = reply.body
+    if (reply.status >= 400 and not ERROR_CODES.get() and isinstance(body, dict)
+            and isinstance(body.get("errors"), list)):
+        body = {**body, "errors": [{k: v for k, v in e.items() if k != "code"}
+                                   if isinstance(e, dict) else e for e in body["errors"]]}
+    content = json.dumps(body).encode() if body is not None else b""
+    headers = {}
+    if "retry-after" in reply.headers:
+        headers["retry-after"] = reply.headers["retry-after"]
+    location = reply.headers.get("location")
+    if location:
+        parts = urlsplit(location)
+        if parts.path.startswith("/"):
+            headers["location"] = parts.path + (f"?{parts.query}" if parts.query else "")
+    out = Response(content=content, status_code=reply.status, headers=headers,
                    media_type="application/json" if content else None)
     await out(scope, receive, send)
 

@@ -49,6 +49,12 @@ from strato.zone import protocol
 from strato.zone.attempt import Health
 from strato.zone.transport import COUNTED, Malformed, Reply, Transport, Unreachable
 
+# The response header naming the zones a partial answer could not ask (a
+# child's own answer may name zones below it: passed on, as paths).
+INCOMPLETE = "x-strato-incomplete"
+# At most this many names are read from a child's header.
+MAX_INCOMPLETE = 100
+
 M = TypeVar("M", bound=protocol._Message)
 
 
@@ -166,7 +172,20 @@ async def _ask_all(tree: Tree, path: str, model: type[M], what: str,
         except protocol.Faulty as exc:
             tree.health_of(c.name).failed(f"faulty: {exc.reason}", faulty=True)
             missing.append(Missing(c.name, f"{c.name}: faulty"))
+            continue
+        missing += [Missing(n, f"{n}: not asked by {c.name}") for n in below(c, reply)]
     return answers, missing
+
+
+def below(child: Child, reply: Reply) -> list[str]:
+    """The zones under `child` that its answer says it could not ask (its
+    INCOMPLETE header), as paths from this zone's children: `cell` below
+    `region` is `region/cell`."""
+    raw = reply.headers.get(INCOMPLETE)
+    if not raw:
+        return []
+    names = [n.strip() for n in raw.split(",", MAX_INCOMPLETE)[:MAX_INCOMPLETE]]
+    return [f"{child.name}/{n}"[:300] for n in names if n and n.isprintable()]
 
 
 async def find_consumer(tree: Tree, consumer: str) -> Found | None:
@@ -730,17 +749,19 @@ async def tell_children(tree: Tree, method: str, path: str, body: Any, version: 
     those that did not take it."""
     kids = await tree.children()
 
-    async def one(c: Child) -> str | None:
+    async def one(c: Child) -> list[str]:
         try:
             reply = await tree.transport.call(c.url, method, path, token=c.credential,
                                               json=body, timeout=tree.config.child_timeout,
                                               version=version)
         except Unreachable as exc:
             tree.health_of(c.name).failed(exc.why)
-            return c.name
-        return None if reply.status in (200, 201, 204, 409) else c.name
+            return [c.name]
+        if reply.status not in (200, 201, 204, 409):
+            return [c.name]
+        return below(c, reply)
     got = await asyncio.gather(*(one(c) for c in kids))
-    return [n for n in got if n is not None]
+    return [n for names in got for n in names]
 
 
 def learn_placements(tree: Tree, answer: Mapping[str, Any]) -> None:

@@ -28,10 +28,11 @@ import asyncio
 import os
 import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 from urllib.parse import unquote
 
@@ -109,10 +110,22 @@ class Malformed(Unreachable):
         super().__init__(url, f"faulty: {why}", maybe_delivered=True)
 
 
+# The headers of a zone's answer a caller may pass on (the rest are dropped).
+KEPT_HEADERS = ("x-strato-incomplete", "retry-after", "location")
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     status: int
     body: Any
+    # Lower-case names; only KEPT_HEADERS.
+    headers: Mapping[str, str] = field(default_factory=lambda: _NO_HEADERS)
+
+
+def _kept(headers: Mapping[str, str]) -> Mapping[str, str]:
+    found = {k: headers[k] for k in KEPT_HEADERS if k in headers}
+    return found or _NO_HEADERS
 
 
 class Transport(Protocol):
@@ -150,20 +163,22 @@ def _headers(token: str | None, version: str | None = None) -> dict[str, str]:
     return out
 
 
-def _reply(url: str, status: int, content: bytes) -> Reply:
+def _reply(url: str, status: int, content: bytes,
+           headers: Mapping[str, str] = _NO_HEADERS) -> Reply:
     """Decode a zone's answer. A successful answer must be JSON (or empty); an
     error's body is only informative: one that is not JSON (a proxy's HTML
-    page) is kept as its size only."""
+    page) is kept as its size only. Of its headers, KEPT_HEADERS."""
+    kept = _kept(headers) if headers else _NO_HEADERS
     if not content:
-        return Reply(status, None)
+        return Reply(status, None, kept)
     try:
-        return Reply(status, orjson.loads(content))
+        return Reply(status, orjson.loads(content), kept)
     except orjson.JSONDecodeError:
         if 200 <= status < 300:
             raise Malformed(url, f"answered {status} with a body that is not JSON") from None
         # Not its text: a registered URL may point at a service that is not a
         # zone, and what it says must not be read back through our API.
-        return Reply(status, {"raw": f"{len(content)} bytes that are not JSON"})
+        return Reply(status, {"raw": f"{len(content)} bytes that are not JSON"}, kept)
 
 
 class _Traced:
@@ -231,6 +246,7 @@ class HttpTransport(_Traced):
                         timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0))) as resp:
                     status = resp.status_code
                     content = await _read_capped(resp, limit)
+                    head_in = {k: resp.headers[k] for k in KEPT_HEADERS if k in resp.headers}
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # Never connected: the zone cannot have seen the request.
             raise Unreachable(url, f"{type(exc).__name__}: {exc}") from None
@@ -242,13 +258,13 @@ class HttpTransport(_Traced):
         except httpx.HTTPError as exc:
             raise Unreachable(url, f"{type(exc).__name__}: {exc}",
                               maybe_delivered=True) from None
-        return _reply(url, status, content)
+        return _reply(url, status, content, head_in)
 
     async def _lean(self, url: str, method: str, path: str, token: str | None, json: Any,
                     timeout: float, version: str | None = None) -> Reply:
         assert self._wire is not None
         try:
-            status, content = await self._wire.request(
+            status, content, head_in = await self._wire.request(
                 url, method, path, _headers(token, version),
                 orjson.dumps(json) if json is not None else None,
                 timeout=timeout, connect_timeout=min(timeout, 2.0),
@@ -262,7 +278,7 @@ class HttpTransport(_Traced):
             raise Malformed(url, str(exc)) from None
         except wire.Broken as exc:
             raise Unreachable(url, str(exc), maybe_delivered=True) from None
-        return _reply(url, status, content)
+        return _reply(url, status, content, head_in)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -293,7 +309,8 @@ class _AppFailed(Exception):
 
 
 async def _asgi_call(app: Any, method: str, path: str, headers: dict[str, str],
-                     body: bytes | None, limit: int) -> tuple[int, bytes]:
+                     body: bytes | None, limit: int
+                     ) -> tuple[int, bytes, dict[str, str]]:
     """(status, body) of one HTTP request to an ASGI app, called directly: the
     app sees what a server would give it, and its answer is refused once it
     passes `limit` (wire.TooLarge). httpx's ASGITransport does the same job,
@@ -313,6 +330,7 @@ async def _asgi_call(app: Any, method: str, path: str, headers: dict[str, str],
     parts: list[bytes] = []
     size = 0
     done = asyncio.Event()
+    head_in: dict[str, str] = {}
 
     async def receive() -> dict[str, Any]:
         if pending:
@@ -328,6 +346,7 @@ async def _asgi_call(app: Any, method: str, path: str, headers: dict[str, str],
                 if (name.lower() == b"content-length" and value.strip().isdigit()
                         and int(value) > limit):
                     raise wire.TooLarge(limit, int(value))
+                head_in[name.decode("latin-1").lower()] = value.decode("latin-1")
         elif message["type"] == "http.response.body":
             chunk = message.get("body", b"")
             size += len(chunk)
@@ -342,7 +361,7 @@ async def _asgi_call(app: Any, method: str, path: str, headers: dict[str, str],
         done.set()
     if not status:
         raise _AppFailed("the zone's app returned without an answer")
-    return status, b"".join(parts)
+    return status, b"".join(parts), head_in
 
 
 class InProcessTransport(_Traced):
@@ -382,7 +401,7 @@ class InProcessTransport(_Traced):
         headers = _headers(token, version)
         content = orjson.dumps(json) if json is not None else None
 
-        async def deliver() -> tuple[int, bytes]:
+        async def deliver() -> tuple[int, bytes, dict[str, str]]:
             if delay:
                 await asyncio.sleep(delay)
             return await _asgi_call(app, method, path, headers, content,
@@ -395,7 +414,7 @@ class InProcessTransport(_Traced):
         try:
             # No sockets in-process: enforce the deadline around the whole call.
             async with asyncio.timeout(timeout):
-                status, body = await asyncio.shield(task)
+                status, body, head_in = await asyncio.shield(task)
         except TimeoutError:
             raise Unreachable(url, f"timed out after {timeout:.3g}s",
                               maybe_delivered=True, timed_out=True) from None
@@ -409,7 +428,7 @@ class InProcessTransport(_Traced):
         if self._matches(self.lose_answers, key, path):
             raise Unreachable(url, "connection reset after the request was sent",
                               maybe_delivered=True)
-        return _reply(url, status, body)
+        return _reply(url, status, body, head_in)
 
     async def settle(self) -> None:
         """Wait for calls whose callers gave up (a resumed zone finishing them)."""

@@ -89,8 +89,9 @@ class WireClient:
 
     async def request(self, url: str, method: str, path: str, headers: dict[str, str],
                       body: bytes | None, *, timeout: float, connect_timeout: float,
-                      max_body: int = MAX_BODY_BYTES) -> tuple[int, bytes]:
-        """(status, body). Raises NotSent, Broken, TooLarge or TimeoutError.
+                      max_body: int = MAX_BODY_BYTES) -> tuple[int, bytes, dict[str, str]]:
+        """(status, body, headers: lower-case names). Raises NotSent, Broken,
+        TooLarge or TimeoutError.
         `timeout` bounds the whole exchange, from writing the request to the
         last byte of the answer."""
         host, port, prefix = self._target(url)
@@ -117,7 +118,7 @@ class WireClient:
             async with asyncio.timeout(timeout):
                 conn.writer.write(data)
                 await conn.writer.drain()
-                status, payload, keep = await _read_response(conn.reader, max_body)
+                status, payload, keep, head_in = await _read_response(conn.reader, max_body)
         except (TimeoutError, TooLarge):
             # The rest of the answer is unread: the connection cannot be reused.
             conn.close()
@@ -135,7 +136,7 @@ class WireClient:
             self._give(key, conn)
         else:
             conn.close()
-        return status, payload
+        return status, payload, head_in
 
     def _take(self, key: tuple[str, int]) -> _Conn | None:
         pool = self._idle.get(key)
@@ -162,8 +163,9 @@ class WireClient:
 
 
 async def _read_response(reader: asyncio.StreamReader, max_body: int
-                         ) -> tuple[int, bytes, bool]:
-    """Status, body and whether the connection may be reused. Raises TooLarge
+                         ) -> tuple[int, bytes, bool, dict[str, str]]:
+    """Status, body, whether the connection may be reused, and the headers
+    (lower-case names). Raises TooLarge
     as soon as the body is known to pass `max_body` bytes."""
     while True:
         raw = await reader.readuntil(b"\r\n\r\n")
@@ -201,7 +203,7 @@ async def _read_response(reader: asyncio.StreamReader, max_body: int
                 break
             chunks.append(await reader.readexactly(size))
             await reader.readexactly(2)
-        return status, b"".join(chunks), keep
+        return status, b"".join(chunks), keep, headers
     length = headers.get("content-length")
     if length is not None:
         declared = int(length)
@@ -209,9 +211,9 @@ async def _read_response(reader: asyncio.StreamReader, max_body: int
             raise ValueError("negative Content-Length")
         if declared > max_body:
             raise TooLarge(max_body, declared)
-        return status, await reader.readexactly(declared), keep
+        return status, await reader.readexactly(declared), keep, headers
     if status in (204, 304):
-        return status, b"", keep
+        return status, b"", keep, headers
     # No framing: the body runs to the end of the connection.
     pieces: list[bytes] = []
     total = 0
@@ -220,4 +222,4 @@ async def _read_response(reader: asyncio.StreamReader, max_body: int
         if total > max_body:
             raise TooLarge(max_body)
         pieces.append(chunk)
-    return status, b"".join(pieces), False
+    return status, b"".join(pieces), False, headers

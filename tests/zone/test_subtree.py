@@ -9,7 +9,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from strato.zone.inprocess import InProcessTree
+import httpx
+
+from strato.zone.inprocess import InProcessTree, ZoneSpec
 from tests.zone.helpers import record_calls
 from tests.zone.test_split import make, req, used, zt
 
@@ -564,3 +566,76 @@ def _put_vcpu(client: Any, consumer: str, rp: str, gen: int | None) -> Any:
     return client.put(f"/allocations/{consumer}", headers={V: "placement 1.36"}, json={
         "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
         "user_id": "u", "consumer_generation": gen})
+
+
+DEEP = [ZoneSpec("global"), ZoneSpec("dfw", parent="global", location_prefix="dfw"),
+        ZoneSpec("dfw-a", parent="dfw", location_prefix="dfw/a"),
+        ZoneSpec("dfw-b", parent="dfw", location_prefix="dfw/b")]
+
+
+def test_a_zone_two_levels_down_that_cannot_be_asked_is_named_at_the_root(
+        tmp_path: Path) -> None:
+    """The region's partial answer says which cell it could not ask; the root
+    says it too (as `dfw/dfw-b`), on listings, candidates and registry
+    writes, instead of a 200 that looks whole."""
+    async def main() -> None:
+        tree = await make(tmp_path, DEEP, hosts=1)
+        try:
+            root = tree.client("global")
+            assert len((await root.get("/resource_providers")).json()
+                       ["resource_providers"]) == 2
+            tree.kill("dfw-b")
+            r = await root.get("/resource_providers")
+            assert r.status_code == 200 and len(r.json()["resource_providers"]) == 1
+            assert r.headers["x-strato-incomplete"] == "dfw/dfw-b"
+            r = await root.get("/allocation_candidates?resources=VCPU:1",
+                               headers={V: "placement 1.17"})
+            assert r.status_code == 200, r.text
+            assert r.headers["x-strato-incomplete"] == "dfw/dfw-b"
+            r = await root.put("/traits/CUSTOM_FAST", headers={V: "placement 1.6"})
+            assert r.status_code == 201, r.text
+            assert r.headers["x-strato-incomplete"] == "dfw/dfw-b"
+        finally:
+            await tree.aclose()
+    asyncio.run(main())
+
+
+def test_an_answer_from_below_is_as_this_zone_would_give_it(tmp_path: Path) -> None:
+    """Location is this zone's (the path: the client's host), and an error
+    has no `code` below microversion 1.23, as this zone's own errors."""
+    async def scenario(tree: InProcessTree) -> None:
+        # A client as Nova is (tree.client speaks as a zone).
+        root = httpx.AsyncClient(transport=httpx.ASGITransport(app=tree.apps["global"]),
+                                 base_url="http://global", headers={"x-auth-token": "admin"})
+        rp = (await root.get("/resource_providers?name=dfw-h0")).json()[
+            "resource_providers"][0]
+        r = await root.post(f"/resource_providers/{rp['uuid']}/inventories",
+                            headers={V: "placement 1.20"},
+                            json={"resource_class": "DISK_GB", "total": 100,
+                                  "resource_provider_generation": rp["generation"]})
+        assert r.status_code == 201, r.text
+        assert r.headers["location"] == (
+            f"http://global/resource_providers/{rp['uuid']}/inventories/DISK_GB"), r.headers
+        r = await root.get(f"/resource_providers/{rp['uuid']}/inventories/DISK_GB",
+                           headers={V: "placement 1.20"})
+        assert r.status_code == 200, r.text
+        for version, coded in (("1.0", False), ("1.12", False), ("1.23", True)):
+            r = await root.post(f"/resource_providers/{rp['uuid']}/inventories",
+                                headers={V: f"placement {version}"},
+                                json={"resource_class": "DISK_GB", "total": 100,
+                                      "resource_provider_generation": 0})
+            assert r.status_code == 409, r.text
+            assert ("code" in r.json()["errors"][0]) is coded, (version, r.text)
+    run(tmp_path, scenario)
+
+
+def test_a_class_path_not_in_upper_case_is_answered_by_the_owner(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root, cell = tree.client("global"), tree.client("dfw")
+        rp = (await cell.get("/resource_providers?name=dfw-h0")).json()[
+            "resource_providers"][0]["uuid"]
+        for c in (root, cell):
+            r = await c.get(f"/resource_providers/{rp}/inventories/vcpu")
+            assert r.status_code == 404, r.text
+            assert "No resource provider" not in r.text, r.text
+    run(tmp_path, scenario)
