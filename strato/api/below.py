@@ -27,10 +27,12 @@ a stale generation included) is the answer. A child that did not answer is a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import uuid as uuidlib
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 from starlette.concurrency import run_in_threadpool
@@ -52,6 +54,8 @@ _ITEM = re.compile(r"^/resource_providers/([0-9a-fA-F-]{32,36})"
                    r"(?:/(?:inventories(?:/[^/]{1,255})?|traits|aggregates|usages|"
                    r"allocations))?$")
 # Strato's own metadata of a provider (location, tags) follows its provider.
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+                   r"[0-9a-fA-F]{12}")
 _META = re.compile(r"^/strato/v1/providers/([0-9a-fA-F-]{32,36})/meta$")
 INCOMPLETE = subtree.INCOMPLETE
 _CONSUMER = re.compile(r"^/allocations/([0-9a-fA-F-]{32,36})$")
@@ -83,12 +87,18 @@ class ProvidersBelow:
                 or (scope["method"] == "POST" and scope["path"] == "/allocations")):
             await self._allocations(scope, receive, send)
             return
+        if scope["method"] == "GET" and scope["path"] in ("/traits", "/resource_classes"):
+            await self._registry_list(scope, receive, send)
+            return
         if scope["path"] == "/allocation_candidates" and scope["method"] == "GET":
             await self._candidates(scope, receive, send)
             return
         if not (scope["path"].startswith("/resource_providers")
                 or _META.match(scope["path"])):
             await self.app(scope, receive, send)
+            return
+        if scope["method"] == "POST" and scope["path"] == "/resource_providers":
+            await self._create(scope, receive, send)
             return
         if scope["method"] in ("PUT", "POST", "DELETE"):
             await self._write(scope, receive, send)
@@ -155,6 +165,19 @@ class ProvidersBelow:
         except errors.StratoError as exc:  # too large: the limit's 413
             await strato_error_response(exc, rid)(scope, receive, send)
             return
+        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        uuid = item.group(1).lower()
+        if scope["method"] == "PUT" and scope["path"] == f"/resource_providers/{item.group(1)}":
+            # A rename: the name must be free in the whole subtree, as in one
+            # Placement (each zone checks its own providers only).
+            try:
+                deps.authorize(Request(scope), "placement:resource_providers:update")
+                renamed = _parsed_or_none(body)
+                if isinstance(renamed, dict):
+                    await self._refuse_taken(version, name=renamed.get("name"), renamed=uuid)
+            except errors.StratoError as exc:
+                await strato_error_response(exc, rid)(scope, receive, send)
+                return
         status, headers, answer = await _capture(self.app, scope, replay_body(body, receive))
         if status != 404 or await self._here(item.group(1)):
             await _replay(status, headers, answer, scope, receive, send)
@@ -165,10 +188,9 @@ class ProvidersBelow:
             await strato_error_response(exc, rid)(scope, receive, send)
             return
         query = scope.get("query_string", b"").decode("latin-1")
-        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         try:
             reply = await subtree.provider_write(
-                self.state.tree, self.owners, item.group(1).lower(), scope["method"],
+                self.state.tree, self.owners, uuid, scope["method"],
                 scope["path"] + (f"?{query}" if query else ""), parsed, version)
         except errors.StratoError as exc:
             await strato_error_response(exc, rid)(scope, receive, send)
@@ -177,6 +199,90 @@ class ProvidersBelow:
             await _replay(status, headers, answer, scope, receive, send)
             return
         await _answer(reply, scope, receive, send)
+
+    async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`POST /resource_providers` at a zone with children, as one Placement:
+        409 when a provider anywhere below has its name or uuid (each zone
+        checks only its own), 503 when a child could not say; a provider
+        whose parent is below is made in the zone that owns the parent (as
+        Neutron and nova-compute make nested providers); any other is made
+        here."""
+        tree = self.state.tree
+        if not await tree.children():
+            await self.app(scope, receive, send)
+            return
+        rid = scope.get(REQUEST_ID_KEY)
+        rid = rid if isinstance(rid, str) else None
+        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        try:
+            deps.authorize(Request(scope), "placement:resource_providers:create")
+            raw = await _read(receive)
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid)(scope, receive, send)
+            return
+        try:
+            body = _json_body(scope, raw)
+        except errors.StratoError:
+            body = None  # this zone's route says what is wrong with it
+        if not isinstance(body, dict):
+            await self.app(scope, replay_body(raw, receive), send)
+            return
+        parent = body.get("parent_provider_uuid")
+        below = (isinstance(parent, str) and _UUID.fullmatch(parent) is not None
+                 and not await self._here(parent))
+        try:
+            await self._refuse_taken(version, name=body.get("name"), uuid=body.get("uuid"),
+                                     here_too=below)
+            reply = (await subtree.provider_write(tree, self.owners, parent.lower(), "POST",
+                                                  "/resource_providers", body, version)
+                     if below and isinstance(parent, str) else None)
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid)(scope, receive, send)
+            return
+        if reply is None:  # made here (or this zone's route says why not)
+            await self.app(scope, replay_body(raw, receive), send)
+            return
+        await _answer(reply, scope, receive, send)
+
+    async def _refuse_taken(self, version: str, *, name: Any = None, uuid: Any = None,
+                            renamed: str | None = None, here_too: bool = False) -> None:
+        """409 when a provider below (or here, `here_too`) has `name` (other
+        than provider `renamed`) or, for a new provider, `uuid`; 503 when a
+        child could not say. Values this zone's route would refuse anyway
+        are not looked for."""
+        looks: list[tuple[str, str]] = []
+        if isinstance(uuid, str) and _UUID.fullmatch(uuid):
+            looks.append(("uuid", str(uuidlib.UUID(uuid))))
+        if isinstance(name, str) and 0 < len(name) <= 200 and name.isprintable():
+            looks.append(("name", name))
+        if not looks:
+            return
+        if here_too:
+            db = self.state.db
+
+            def taken_here() -> str | None:
+                with db.read() as conn:
+                    for key, value in looks:
+                        if (providers.get_provider_or_none(conn, value) is not None
+                                if key == "uuid" else providers.name_taken(conn, value)):
+                            return key
+                return None
+            key = await run_in_threadpool(taken_here)
+            if key is not None:
+                raise errors.Conflict(f"Conflicting resource provider {key}: "
+                                      f"{dict(looks)[key]} already exists.",
+                                      errors.DUPLICATE_NAME)
+        got = await asyncio.gather(*(subtree.list_providers(
+            self.state.tree, self.owners, urlencode({key: value}), version)
+            for key, value in looks))
+        for (key, value), (found, missing) in zip(looks, got, strict=True):
+            if any(str(p.get("uuid", "")).lower() != renamed for p in found):
+                raise errors.Conflict(f"Conflicting resource provider {key}: {value} already "
+                                      "exists.", errors.DUPLICATE_NAME)
+            if missing:
+                raise errors.ServiceUnavailable(
+                    f"could not check that no resource provider below has {key} {value}: "
+                    f"zone(s) {', '.join(missing)} did not answer; retry", retry_after=1.0)
 
     async def _registry(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A custom trait or resource class made here is made in every child too
@@ -208,6 +314,55 @@ class ProvidersBelow:
         if missing:
             headers = [*headers, (INCOMPLETE.encode(), ", ".join(missing).encode())]
         await _replay(status, headers, answer, scope, receive, send)
+
+    async def _registry_list(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`GET /traits` and `GET /resource_classes` for the whole tree: this
+        zone's answer with the names its children's add (a custom class or
+        trait made in a cell); `associated=true`, a trait a provider anywhere
+        has; `associated=false`, one no provider anywhere has. A child that
+        could not say is named in x-strato-incomplete."""
+        tree = self.state.tree
+        if not await tree.children():
+            await self.app(scope, receive, send)
+            return
+        status, headers, body = await _capture(self.app, scope, receive)
+        if status != 200:
+            await _replay(status, headers, body, scope, receive, send)
+            return
+        query = scope.get("query_string", b"").decode("latin-1")
+        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        own = json.loads(body)
+        path: str = scope["path"]
+        if path == "/resource_classes":
+            lists, missing = await subtree.registry_names(tree, path, version)
+            known = {e["name"] for e in own["resource_classes"]}
+            extra = sorted({n for names in lists for n in names} - known)
+            own["resource_classes"] += [
+                {"name": n, "links": [{"rel": "self", "href": f"/resource_classes/{n}"}]}
+                for n in extra]
+        else:
+            params = parse_qsl(query, keep_blank_values=True)
+            unassociated = any(k == "associated" and v.lower() == "false" for k, v in params)
+            if unassociated:
+                rest = [(k, v) for k, v in params if k != "associated"]
+                (every, lacking), (used, missing) = await asyncio.gather(
+                    subtree.registry_names(tree, "/traits?" + urlencode(rest), version),
+                    subtree.registry_names(
+                        tree, "/traits?" + urlencode([*rest, ("associated", "true")]),
+                        version))
+                missing += [m for m in lacking if m not in missing]
+                q = urlencode([*rest, ("associated", "true")]).encode()
+                got, _, here = await _capture(self.app, {**scope, "query_string": q}, _no_body)
+                taken = {n for names in used for n in names}
+                if got == 200:
+                    taken.update(json.loads(here)["traits"])
+                names = ({*own["traits"], *(n for names in every for n in names)}) - taken
+            else:
+                lists, missing = await subtree.registry_names(
+                    tree, "/traits" + (f"?{query}" if query else ""), version)
+                names = {*own["traits"], *(n for names in lists for n in names)}
+            own["traits"] = sorted(names)
+        await _rewritten(headers, json.dumps(own).encode(), missing, send)
 
     async def _candidates(self, scope: Scope, receive: Receive, send: Send) -> None:
         """This zone's candidates merged with its children's (`subtree.candidates`)."""
@@ -280,6 +435,9 @@ class ProvidersBelow:
             named = None  # not an allocations body: the route's 400
         if not named:
             consumer = _CONSUMER.match(scope["path"])
+            if named is not None and consumer is None and body:
+                await self._empty_all(body, raw, scope, receive, send, rid)
+                return
             if named is None or consumer is None:
                 await self.app(scope, replay_body(raw, receive), send)
                 return
@@ -421,6 +579,47 @@ class ProvidersBelow:
             return
         await _answer(reply, scope, receive, send)
 
+    async def _empty_all(self, body: Any, raw: bytes, scope: Scope, receive: Receive,
+                         send: Send, rid: str | None) -> None:
+        """A `POST /allocations` that only empties consumers: made where they
+        are. All here (or nowhere): this zone's route; all in one child: that
+        child, with the client's body (it checks their generations, all or
+        nothing); in several zones: a 400 (one POST is all or nothing, and
+        that is one zone's to make)."""
+        tree = self.state.tree
+        version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
+        consumers = _emptied("/allocations", body)
+        try:
+            if len(consumers) != len(body) or not _sendable(body):
+                raise _Local  # not all well-formed: this zone's route says why
+            where: dict[str, str] = {}
+            child = None
+            for c in consumers:
+                if await self._generation_here(c) is not None:
+                    where[c] = "this zone"
+                    continue
+                found = await subtree.find_consumer(tree, c)
+                if found is not None:
+                    where[c] = f"zone {found.child.name}"
+                    child = found.child
+            if child is None:
+                raise _Local
+            if len(set(where.values())) > 1:
+                raise errors.BadRequest(
+                    "consumers emptied in one POST /allocations have their allocations in "
+                    f"different zones ({', '.join(f'{c} in {w}' for c, w in where.items())}): "
+                    "one POST is made all or nothing in one zone; empty them with "
+                    "DELETE /allocations/{consumer}, or one POST per zone")
+            reply = await subtree.send_to(tree, child, "POST", "/allocations", body, version,
+                                          "the consumers of these allocations")
+        except _Local:
+            await self.app(scope, replay_body(raw, receive), send)
+            return
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid)(scope, receive, send)
+            return
+        await _answer(reply, scope, receive, send)
+
     async def _release_both(self, consumer: str, generation: int | None, body: Any,
                             raw: bytes, scope: Scope, receive: Receive, send: Send,
                             rid: str | None) -> None:
@@ -548,6 +747,10 @@ async def _rewritten(headers: list[tuple[bytes, bytes]], content: bytes, missing
         out.append((INCOMPLETE.encode(), ", ".join(missing).encode()))
     await send({"type": "http.response.start", "status": 200, "headers": out})
     await send({"type": "http.response.body", "body": content})
+
+
+class _Local(Exception):
+    """The write is this zone's own route's to answer."""
 
 
 def _emptied(path: str, body: Any) -> list[str]:

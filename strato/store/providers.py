@@ -124,6 +124,11 @@ def check_generation(provider: Provider, expected: int) -> None:
         )
 
 
+def name_taken(conn: Connection, name: str) -> bool:
+    """Whether a provider here has this name."""
+    return _name_taken(conn, name)
+
+
 def _name_taken(conn: Connection, name: str, except_id: int | None = None) -> bool:
     q = sa.select(rp.c.id).where(rp.c.name == name)
     if except_id is not None:

@@ -35,6 +35,7 @@ restart, each consumer's first lookup asks every child).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from urllib.parse import parse_qsl, urlencode
 from pydantic import Field
 
 from strato.model import errors
+from strato.model.names import MAX_NAME_LENGTH, is_custom_name
 from strato.store.children import Child
 from strato.zone import protocol
 from strato.zone.attempt import Health
@@ -280,6 +282,35 @@ class Owners:
 
     def __len__(self) -> int:
         return len(self._of)
+
+
+_NAME = re.compile(r"[A-Z0-9_]{1,255}")
+
+
+class _Traits(protocol._Message):
+    traits: list[protocol.Name] = Field(max_length=protocol.MAX_COUNT)
+
+
+class _Classes(protocol._Message):
+    resource_classes: list[dict[str, Any]] = Field(max_length=protocol.MAX_COUNT)
+
+
+async def registry_names(tree: Tree, path: str, version: str
+                         ) -> tuple[list[list[str]], list[str]]:
+    """Every child's answer to `GET /traits?...` or `GET /resource_classes`
+    (`path`), as its names: (one list a child, the children that could not
+    say)."""
+    if path.startswith("/traits"):
+        traits, missing = await _ask_all(tree, path, _Traits, "trait listing", version)
+        return ([[n for n in t.traits if _NAME.fullmatch(n)] for _, t in traits],
+                [m.child for m in missing])
+    classes, missing = await _ask_all(tree, path, _Classes, "resource class listing", version)
+    out: list[list[str]] = []
+    for _, c in classes:
+        names = [e.get("name") for e in c.resource_classes]
+        out.append([n for n in names if isinstance(n, str) and is_custom_name(n)
+                    and len(n) <= MAX_NAME_LENGTH])
+    return out, [m.child for m in missing]
 
 
 class _Listed(protocol._Message):

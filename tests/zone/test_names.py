@@ -72,3 +72,28 @@ def test_a_name_nobody_has_is_a_400_and_asks_the_subtree_at_most_once_a_second(
         # One fresh round: the root asks its children, each its own.
         assert 0 < len(asked) <= 6, asked
     run(tmp_path, scenario)
+
+
+def test_the_registry_listed_at_the_root_is_the_trees(tmp_path: Path) -> None:
+    """GET /traits (associated or not) and GET /resource_classes at the root
+    list what the cells have, as one Placement's registry would."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        await tree.client("ord").put("/traits/CUSTOM_UNUSED_IN_ORD", headers=V)
+        assert (await root.put("/traits/CUSTOM_UNUSED_AT_ROOT", headers=V)).status_code == 201
+        await baremetal_in_dfw(tree)
+        r = await root.get("/traits?associated=true", headers=V)
+        assert r.status_code == 200, r.text
+        assert "CUSTOM_RAID10" in r.json()["traits"]
+        assert "CUSTOM_UNUSED_AT_ROOT" not in r.json()["traits"]
+        r = await root.get("/traits?associated=false&name=startswith:CUSTOM_", headers=V)
+        assert set(r.json()["traits"]) == {"CUSTOM_UNUSED_IN_ORD", "CUSTOM_UNUSED_AT_ROOT"}
+        r = await root.get("/traits?name=in:CUSTOM_UNUSED_IN_ORD,CUSTOM_RAID10", headers=V)
+        assert r.json()["traits"] == ["CUSTOM_RAID10", "CUSTOM_UNUSED_IN_ORD"]
+        r = await root.get("/resource_classes", headers=V)
+        names = [c["name"] for c in r.json()["resource_classes"]]
+        assert "CUSTOM_BAREMETAL_GOLD" in names and names[0] == "VCPU"
+        tree.kill("ord")
+        r = await root.get("/traits", headers=V)
+        assert r.status_code == 200 and r.headers["x-strato-incomplete"] == "ord"
+    run(tmp_path, scenario)

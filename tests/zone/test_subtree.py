@@ -639,3 +639,85 @@ def test_a_class_path_not_in_upper_case_is_answered_by_the_owner(tmp_path: Path)
             assert r.status_code == 404, r.text
             assert "No resource provider" not in r.text, r.text
     run(tmp_path, scenario)
+
+
+def test_a_provider_made_at_the_root_is_unique_in_the_whole_tree(tmp_path: Path) -> None:
+    """Placement: 409 when another provider has the name or uuid. Each zone
+    checks its own; the root checks the zones below too (a cell down: 503)."""
+    async def scenario(tree: InProcessTree) -> None:
+        root, dfw = tree.client("global"), tree.client("dfw")
+        h = (await dfw.get("/resource_providers?name=dfw-h0")).json()[
+            "resource_providers"][0]
+        h1 = (await tree.client("ord").get("/resource_providers?name=ord-h1")).json()[
+            "resource_providers"][0]
+        for body in ({"name": "new", "uuid": h["uuid"]}, {"name": "dfw-h0"}):
+            r = await root.post("/resource_providers", json=body,
+                                headers={V: "placement 1.20"})
+            assert r.status_code == 409, r.text
+            assert r.json()["errors"][0]["code"] == "placement.duplicate_name"
+        # A rename of a cell's provider to a name another cell has: 409.
+        r = await root.put(f"/resource_providers/{h['uuid']}", json={"name": "ord-h1"},
+                           headers={V: "placement 1.20"})
+        assert r.status_code == 409, r.text
+        r = await root.put(f"/resource_providers/{h['uuid']}", json={"name": "dfw-h0"},
+                           headers={V: "placement 1.20"})
+        assert r.status_code == 200, r.text  # its own name: no change, no conflict
+        # A nested provider whose parent is in a cell is made in that cell.
+        r = await root.post("/resource_providers", headers={V: "placement 1.20"}, json={
+            "name": "dfw-h0-vgpu", "parent_provider_uuid": h["uuid"]})
+        assert r.status_code == 200, r.text
+        child = r.json()
+        assert child["root_provider_uuid"] == h["uuid"]
+        assert r.headers["location"].endswith(f"/resource_providers/{child['uuid']}")
+        r = await dfw.get(f"/resource_providers?in_tree={h['uuid']}")
+        assert {p["uuid"] for p in r.json()["resource_providers"]} == {h["uuid"],
+                                                                       child["uuid"]}
+        r = await root.get(f"/resource_providers?in_tree={h['uuid']}")
+        assert len(r.json()["resource_providers"]) == 2
+        # A provider of its own: made at the root.
+        r = await root.post("/resource_providers", json={"name": "shared-disk"},
+                            headers={V: "placement 1.20"})
+        assert r.status_code == 200, r.text
+        assert (await dfw.get("/resource_providers?name=shared-disk")).json()[
+            "resource_providers"] == []
+        # A cell that cannot say: no provider made, 503 to retry.
+        tree.kill("ord")
+        r = await root.post("/resource_providers", json={"name": "another"})
+        assert r.status_code == 503, r.text
+        assert "retry-after" in r.headers
+        assert (await root.get("/resource_providers?name=another")).json()[
+            "resource_providers"] == []
+        assert h1["name"] == "ord-h1"
+    run(tmp_path, scenario)
+
+
+def test_a_post_that_only_empties_consumers_below_is_made_where_they_are(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        v = {V: "placement 1.36"}
+        placed: dict[str, list[str]] = {}
+        for _ in range(6):
+            p = (await place(tree))["placements"][0]
+            placed.setdefault(p["zone"].split("/")[1], []).append(p["consumer_uuid"])
+        assert set(placed) == {"dfw", "ord"}, placed
+
+        def empty(*consumers: str, generation: int | None = 1) -> dict[str, Any]:
+            return {c: {"allocations": {}, "consumer_generation": generation,
+                        "project_id": "p", "user_id": "u"} for c in consumers}
+        a, b = placed["dfw"][:2]
+        # A stale generation: the cell's 409, nothing changed.
+        r = await root.post("/allocations", json=empty(a, generation=7), headers=v)
+        assert r.status_code == 409, r.text
+        assert (await root.get(f"/allocations/{a}")).json()["allocations"]
+        r = await root.post("/allocations", json=empty(a, b), headers=v)
+        assert r.status_code == 204, r.text
+        for c in (a, b):
+            assert (await root.get(f"/allocations/{c}")).json()["allocations"] == {}
+        # In two cells: one POST cannot be all or nothing there.
+        c, d = placed["dfw"][2], placed["ord"][0]
+        r = await root.post("/allocations", json=empty(c, d), headers=v)
+        assert r.status_code == 400, r.text
+        assert "different zones" in r.text
+        assert (await root.get(f"/allocations/{c}")).json()["allocations"]
+    run(tmp_path, scenario)
