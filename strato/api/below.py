@@ -45,6 +45,7 @@ from strato.api.middleware import replay_body
 from strato.api.query import capped_int
 from strato.api.responses import ERROR_CODES, REQUEST_ID_KEY, strato_error_response
 from strato.api.routes import allocations as allocation_routes
+from strato.api.routes import reshaper as reshaper_routes
 from strato.model import errors
 from strato.store import allocations, providers
 from strato.zone import split, subtree, writes
@@ -86,6 +87,9 @@ class ProvidersBelow:
         if ((scope["method"] == "PUT" and _CONSUMER.match(scope["path"]))
                 or (scope["method"] == "POST" and scope["path"] == "/allocations")):
             await self._allocations(scope, receive, send)
+            return
+        if scope["method"] == "POST" and scope["path"] == "/reshaper":
+            await self._reshape(scope, receive, send)
             return
         if scope["method"] == "GET" and scope["path"] in ("/traits", "/resource_classes"):
             await self._registry_list(scope, receive, send)
@@ -241,6 +245,59 @@ class ProvidersBelow:
             return
         if reply is None:  # made here (or this zone's route says why not)
             await self.app(scope, replay_body(raw, receive), send)
+            return
+        await _answer(reply, scope, receive, send)
+
+    async def _reshape(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`POST /reshaper` for providers below (nova-compute's reshape of its
+        tree, in the cell that holds it): validated as this zone's route does,
+        then sent to the zone that owns them all; a reshape naming providers
+        of several zones is a 400 (it is one zone's transaction)."""
+        tree = self.state.tree
+        if not await tree.children():
+            await self.app(scope, receive, send)
+            return
+        rid = scope.get(REQUEST_ID_KEY)
+        rid = rid if isinstance(rid, str) else None
+        found = scope.get(microversion.SCOPE_KEY)
+        v = found if isinstance(found, microversion.Version) else microversion.MIN_VERSION
+        try:
+            deps.authorize(Request(scope), "placement:reshaper:reshape")
+            raw = await _read(receive)
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid)(scope, receive, send)
+            return
+        try:
+            if v < microversion.V1_30:
+                raise _Local
+            body = _json_body(scope, raw)
+            inventories, claims = reshaper_routes.parsed(body, v)
+            if not _sendable(body):
+                raise _Local
+        except (_Local, errors.StratoError):
+            await self.app(scope, replay_body(raw, receive), send)  # its answer
+            return
+        named = set(inventories) | {u for c in claims for u in c.allocations}
+        here = {u for u in named if await self._here(u)}
+        try:
+            if here == named:
+                raise _Local
+            owner = await subtree.owner_of(tree, self.owners, named - here, str(v))
+            if owner.unknown is not None:
+                raise _Local  # in no zone: this zone's route says so
+            if here or owner.child is None:
+                zones = (["this zone"] if here else []) + [f"zone {z}" for z in owner.zones]
+                raise errors.BadRequest(
+                    "a reshape is made in one zone, and these providers are in "
+                    f"{', '.join(zones) or 'several zones'}: reshape each zone's providers "
+                    "apart")
+            reply = await subtree.send_to(tree, owner.child, "POST", "/reshaper", body,
+                                          str(v), "the providers of this reshape")
+        except _Local:
+            await self.app(scope, replay_body(raw, receive), send)
+            return
+        except errors.StratoError as exc:
+            await strato_error_response(exc, rid)(scope, receive, send)
             return
         await _answer(reply, scope, receive, send)
 

@@ -721,3 +721,38 @@ def test_a_post_that_only_empties_consumers_below_is_made_where_they_are(
         assert "different zones" in r.text
         assert (await root.get(f"/allocations/{c}")).json()["allocations"]
     run(tmp_path, scenario)
+
+
+def test_a_reshape_of_a_cells_providers_at_the_root_is_made_in_the_cell(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root, dfw = tree.client("global"), tree.client("dfw")
+        v = {V: "placement 1.30"}
+        h = (await dfw.get("/resource_providers?name=dfw-h0")).json()["resource_providers"][0]
+        o = (await tree.client("ord").get("/resource_providers?name=ord-h0")).json()[
+            "resource_providers"][0]
+        r = await root.post("/resource_providers", headers=v, json={
+            "name": "dfw-h0-numa0", "parent_provider_uuid": h["uuid"]})
+        assert r.status_code == 200, r.text
+        numa = r.json()
+
+        def inv(total: int, generation: int) -> dict[str, Any]:
+            return {"resource_provider_generation": generation,
+                    "inventories": {"VCPU": {"total": total}}}
+        # Two cells' providers: one zone's transaction cannot hold both.
+        r = await root.post("/reshaper", headers=v, json={
+            "inventories": {h["uuid"]: inv(4, h["generation"]),
+                            o["uuid"]: inv(4, o["generation"])}, "allocations": {}})
+        assert r.status_code == 400, r.text
+        assert "one zone" in r.text
+        r = await root.post("/reshaper", headers=v, json={
+            "inventories": {h["uuid"]: inv(4, h["generation"]),
+                            numa["uuid"]: inv(4, numa["generation"])}, "allocations": {}})
+        assert r.status_code == 204, r.text
+        r = await dfw.get(f"/resource_providers/{numa['uuid']}/inventories")
+        assert r.json()["inventories"]["VCPU"]["total"] == 4
+        # A stale generation: the cell's 409, as it answers.
+        r = await root.post("/reshaper", headers=v, json={
+            "inventories": {h["uuid"]: inv(2, h["generation"])}, "allocations": {}})
+        assert r.status_code == 409, r.text
+    run(tmp_path, scenario)

@@ -72,8 +72,8 @@ def _inventories(body: ReshapeBody) -> dict[str, store.ProviderInventories]:
     return out
 
 
-def _parsed(data: Any, v: Version
-            ) -> tuple[dict[str, store.ProviderInventories], list[ConsumerClaim]]:
+def parsed(data: Any, v: Version
+           ) -> tuple[dict[str, store.ProviderInventories], list[ConsumerClaim]]:
     """A reshape's inventories and claims, validated at version `v`."""
     body = validate(ReshapeBody, data)
     if len(body.inventories) > MAX_PROVIDERS:
@@ -91,6 +91,6 @@ def _parsed(data: Any, v: Version
 async def reshape(request: Request) -> Response:
     deps.authorize(request, "placement:reshaper:reshape")
     v = require(request, V1_30)
-    inventories, claims = await read_checked(request, lambda data: _parsed(data, v))
+    inventories, claims = await read_checked(request, lambda data: parsed(data, v))
     await deps.write(request, lambda conn: store.reshape(conn, inventories, claims))
     return Response(status_code=204)
