@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +34,9 @@ from strato import trace
 from strato.observe import NOBODY, Observer
 
 _WRITE = "strato_write"
+# PostgreSQL advisory lock key every Strato server of a database holds (shared)
+# while it runs ("STRATO" in ASCII); see `Database.claim_alone`.
+SERVER_LOCK = 0x535452415430
 
 
 def default_sqlite_url(data_dir: str | os.PathLike[str] | None = None) -> str:
@@ -91,6 +94,9 @@ class Database:
         self._lock_waiters = 0
         self._lock_waiters_lock = threading.Lock()
         self._pool_lock = threading.Lock()
+        # PostgreSQL: the connection holding this server's advisory lock, and
+        # whether it holds it exclusively (see `claim_alone`).
+        self._alone: tuple[Connection, bool] | None = None
 
     def _setup_sqlite(self, synchronous: str) -> None:
         @sa.event.listens_for(self.engine, "connect")
@@ -544,7 +550,41 @@ class Database:
         if self._lazy is not None:
             self._lazy.sync()
 
+    def claim_alone(self) -> bool:
+        """Whether this process is the only server of this database (a request
+        the ledger shows still placing was then left by a process that is
+        gone). SQLite: yes (`strato serve` holds the file's lock). PostgreSQL:
+        every server holds a shared advisory lock on its own connection for
+        its life, released by the database when that process dies however it
+        dies; one that can take it exclusively first is alone. Call once at
+        start-up, then `end_alone` once the start-up has used the answer."""
+        if self.is_sqlite:
+            return True
+        if self._alone is None:
+            conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            try:
+                alone = bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"),
+                                          {"k": SERVER_LOCK}).scalar())
+                # Waits while another server is starting (it holds it exclusively).
+                conn.execute(sa.text("SELECT pg_advisory_lock_shared(:k)"), {"k": SERVER_LOCK})
+            except BaseException:
+                conn.close()
+                raise
+            self._alone = (conn, alone)
+        return self._alone[1]
+
+    def end_alone(self) -> None:
+        """Let other servers of this database start (keeps the shared lock)."""
+        if self._alone is not None and self._alone[1]:
+            conn, _ = self._alone
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": SERVER_LOCK})
+            self._alone = (conn, False)
+
     def dispose(self) -> None:
+        if self._alone is not None:
+            conn, self._alone = self._alone[0], None
+            with suppress(Exception):
+                conn.close()
         if self._lazy is not None:
             self._lazy.close()
         if self._checkpointer is not None:

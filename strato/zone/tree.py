@@ -1990,14 +1990,19 @@ class ZoneTree:
 
     async def note_orphans(self) -> None:
         """At start-up, before any request, on a database no other process
-        serves (a SQLite file: `strato serve` holds its lock): a request still
-        placing was at work in a process that is gone, so the first recovery
-        round undoes it and gives it back, instead of its deadline (up to
-        `request_timeout` later) while every retry of its id waits. With
-        PostgreSQL other workers may be at theirs: the deadline decides."""
-        if not self.db.is_sqlite:
-            return
-        self._orphans = await self._read(ledger.unanswered)
+        serves (a SQLite file: `strato serve` holds its lock; PostgreSQL: no
+        other server holds its advisory lock, `Database.claim_alone`): a
+        request still placing was at work in a process that is gone, so the
+        first recovery round undoes it and gives it back, instead of its
+        deadline (up to `request_timeout` later) while every retry of its id
+        waits. With other servers of the database alive (PostgreSQL's
+        workers), they may be at theirs: the deadline decides."""
+        try:
+            if not await run_in_threadpool(self.db.claim_alone):
+                return
+            self._orphans = await self._read(ledger.unanswered)
+        finally:
+            await run_in_threadpool(self.db.end_alone)
         if self._orphans:
             log.info("%d request(s) left unanswered by an earlier process: undoing them",
                      len(self._orphans))

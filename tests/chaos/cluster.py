@@ -16,6 +16,14 @@ request is delegated to mid1 and split there (cell1-2 are in AGG_MID).
 
 Processes are only ever signalled by the pid we started (SIGCONT before any
 stop, so a paused server can exit); `close()` runs on every path.
+
+Every zone keeps its store in a SQLite file of the work directory, unless it
+is named in `Cluster.postgres`: then it gets a PostgreSQL database of its own,
+created fresh for the run (a unique name: `strato_chaos_<pid>_<tag>_<zone>`)
+and dropped by `close()`, on every path. The namespaced cell reaches the
+server through its Unix socket (a filesystem path, not in the network
+namespace), so a partition cuts its links to other zones, never to its own
+database, as a database beside a cut-off cell would stay.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 
 from strato.process import free_port
 from tests.chaos.netns import Netns, NetnsUnavailable, Relay
@@ -53,6 +62,11 @@ HOSTS_PER_CELL = 3
 # Timings short enough that a fault heals within a test run.
 TIMING = ["--summary-interval", "0.3", "--child-timeout", "1.0"]
 HOLD_TTL = 5.0
+ZONE_NAMES = ("root", "mid1", "mid2", "cell1", "cell2", "cell3", "cell4")
+# Where the PostgreSQL zones' databases are made (trust auth on loopback), and
+# the server's Unix socket directory for a zone in the network namespace.
+PG_URL = os.environ.get("STRATO_CHAOS_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
+PG_SOCKET_DIR = os.environ.get("STRATO_CHAOS_PG_SOCKET", "/var/run/postgresql")
 DEFAULT_HOLD_TTL = 30.0  # the server's default when it has no --hold-ttl flag
 
 
@@ -88,6 +102,9 @@ class Zone:
     # libfaketime's offset for the next start ("+20s", "-15s"): its wall clock
     # wrong, the monotonic one right. None: the true time.
     clock_skew: str | None = None
+    # Its store: None for a SQLite file in the work directory, else a
+    # PostgreSQL database URL (see `PgDatabases`).
+    db_url: str | None = None
 
     @property
     def url(self) -> str:
@@ -100,8 +117,8 @@ class Zone:
         return f"http://{host}:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "strato.cli.main", "serve",
-               "--db", f"sqlite:///{self.workdir / (self.name + '.db')}",
+        db = self.db_url or f"sqlite:///{self.workdir / (self.name + '.db')}"
+        cmd = [sys.executable, "-m", "strato.cli.main", "serve", "--db", db,
                "--host", self.bind, "--port", str(self.port), "--zone", self.name,
                "--auth-token", TOKEN, "--advertise-url", self.url, *TIMING]
         if "--hold-ttl" in serve_flags():
@@ -183,10 +200,62 @@ class Host:
     location: str
 
 
+class PgDatabases:
+    """The PostgreSQL databases of one run: created empty, dropped at the end
+    (`WITH (FORCE)`: a zone killed or paused may still hold connections)."""
+
+    def __init__(self, base: str = PG_URL, socket_dir: str = PG_SOCKET_DIR) -> None:
+        self.base = sa.engine.make_url(base)
+        self.socket_dir = socket_dir
+        self.tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        self.names: list[str] = []
+
+    def _admin(self) -> sa.engine.Engine:
+        return sa.create_engine(self.base.set(database="postgres"),
+                                isolation_level="AUTOCOMMIT")
+
+    def create(self, zone: str, *, via_socket: bool = False) -> str:
+        """A fresh database for `zone`; its URL (by the Unix socket when
+        `via_socket`, for a zone whose loopback is not the server's)."""
+        name = f"strato_chaos_{self.tag}_{zone}"
+        engine = self._admin()
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        finally:
+            engine.dispose()
+        self.names.append(name)
+        b = self.base
+        url = sa.engine.URL.create(
+            b.drivername, username=b.username, password=b.password, database=name,
+            # URL.set() keeps a field given None: the socket form is built anew.
+            host=None if via_socket else b.host, port=None if via_socket else b.port,
+            query={"host": self.socket_dir} if via_socket else b.query)
+        return url.render_as_string(hide_password=False)
+
+    def drop(self) -> None:
+        if not self.names:
+            return
+        engine = self._admin()
+        try:
+            with engine.connect() as conn:
+                for name in list(self.names):
+                    try:
+                        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                        self.names.remove(name)
+                    except sa.exc.SQLAlchemyError as exc:
+                        print(f"could not drop database {name}: {exc}", flush=True)
+        finally:
+            engine.dispose()
+
+
 @dataclass
 class Cluster:
     workdir: Path
     use_netns: bool = True
+    # Zones whose store is a fresh PostgreSQL database (names from ZONE_NAMES).
+    postgres: frozenset[str] = frozenset()
+    pg: PgDatabases | None = None
     zones: dict[str, Zone] = field(default_factory=dict)
     hosts: dict[str, Host] = field(default_factory=dict)
     pools: dict[str, str] = field(default_factory=dict)  # provider uuid -> zone name
@@ -273,6 +342,10 @@ class Cluster:
         # and the machine is shared.
         for z in level:
             self.zones[z.name] = z
+            if z.name in self.postgres:
+                if self.pg is None:
+                    self.pg = PgDatabases()
+                z.db_url = self.pg.create(z.name, via_socket=z.netns is not None)
         with ThreadPoolExecutor(len(level)) as pool:
             for f in [pool.submit(z.start) for z in level]:
                 f.result()
@@ -313,7 +386,8 @@ class Cluster:
         raise RuntimeError("the zone tree did not link up in time")
 
     def close(self) -> None:
-        """Stop every process we started, then remove the namespace."""
+        """Stop every process we started, then remove the namespace and drop
+        the PostgreSQL databases."""
         for z in self.zones.values():
             with contextlib.suppress(Exception):
                 z.stop()
@@ -321,6 +395,12 @@ class Cluster:
             self.relay.stop()
         if self.netns is not None:
             self.netns.remove()
+        if self.pg is not None:
+            try:
+                self.pg.drop()
+            except Exception as exc:  # the rest of the cleanup has run
+                print(f"could not drop the PostgreSQL databases {self.pg.names}: {exc}",
+                      flush=True)
 
     def __enter__(self) -> Cluster:
         return self.start()

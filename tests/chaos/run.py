@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.chaos.checker import Checker, Violation, quiesce
-from tests.chaos.cluster import Cluster
+from tests.chaos.cluster import ZONE_NAMES, Cluster
 from tests.chaos.history import History
 from tests.chaos.liveness import Liveness, measure
 from tests.chaos.nemesis import KINDS, Nemesis
@@ -69,6 +69,7 @@ def heal_all(cluster: Cluster) -> None:
 
 def run_seed(seed: int, duration: float, workdir: Path, *, clients: int = 16,
              kinds: tuple[str, ...] = KINDS, shuffle: bool = True, use_netns: bool = True,
+             postgres: frozenset[str] = frozenset(),
              log: Callable[[str], None] = print) -> SeedResult:
     say = log
     res = SeedResult(seed)
@@ -76,7 +77,7 @@ def run_seed(seed: int, duration: float, workdir: Path, *, clients: int = 16,
     if where.exists():
         # A seed starts from empty databases: an earlier run's are not reused.
         shutil.rmtree(where)
-    cluster = Cluster(where, use_netns=use_netns)
+    cluster = Cluster(where, use_netns=use_netns, postgres=postgres)
     try:
         cluster.start()
         history = History()
@@ -171,6 +172,18 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
+def parse_zones(text: str) -> frozenset[str]:
+    """`--postgres`: zone names, comma separated, or `all`."""
+    if text.strip() == "all":
+        return frozenset(ZONE_NAMES)
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = sorted(names - set(ZONE_NAMES))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown zone(s) {', '.join(unknown)}; "
+                                         f"known: {', '.join(ZONE_NAMES)} or all")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="1", help="e.g. 1-10 or 1,4,7")
@@ -183,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", type=int, default=5, help="violations printed per seed")
     ap.add_argument("--ledger-commit", choices=("sync", "async"), default=None,
                     help="the zones' --ledger-commit (default: theirs, sync)")
+    ap.add_argument("--postgres", type=parse_zones, default=frozenset(), metavar="ZONES",
+                    help="zones kept in a fresh PostgreSQL database each (e.g. "
+                    "root,mid1,cell2 or all; created for the seed, dropped after it; "
+                    "server: $STRATO_CHAOS_PG, default postgresql+psycopg://"
+                    "postgres@127.0.0.1:5432); the others on SQLite")
     args = ap.parse_args(argv)
     if args.ledger_commit:
         os.environ["STRATO_LEDGER_COMMIT"] = args.ledger_commit  # the servers inherit it
@@ -193,9 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for seed in parse_seeds(args.seeds):
         began = time.monotonic()
-        print(f"seed {seed}: starting ({args.duration:.0f}s workload, {workdir})", flush=True)
+        on_pg = ",".join(z for z in ZONE_NAMES if z in args.postgres) or "none"
+        print(f"seed {seed}: starting ({args.duration:.0f}s workload, {workdir}, "
+              f"PostgreSQL: {on_pg})", flush=True)
         r = run_seed(seed, args.duration, workdir, clients=args.clients,
-                     use_netns=not args.no_netns,
+                     use_netns=not args.no_netns, postgres=args.postgres,
                      log=functools.partial(_progress, seed))
         results.append(r)
         print(f"seed {seed}: done in {time.monotonic() - began:.0f}s: "

@@ -7,6 +7,7 @@ holding the same id, where SQLite serialises every writer."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,9 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from strato.process import ServerProcess
+from strato.process import ServerProcess, free_port
+from tests.chaos.cluster import _provider
+from tests.e2e.test_zone_faults import HoldingRelay, until_not_503
 from tests.e2e.test_zone_split import over_two_cells
-from tests.e2e.test_zone_tree import TIMING
+from tests.e2e.test_zone_tree import TIMING, children, stop_all, wait_for, zone
 from tests.helpers import api
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -107,3 +110,52 @@ def test_a_split_sent_three_times_at_once_then_cancelled_leaves_nothing(
         assert r.status_code == 409, r.text
     for consumer in body["consumers"]:
         assert held(pg_tree, consumer) == []
+
+
+def test_a_request_at_work_when_a_postgresql_root_died_is_answered_soon_after_its_restart(
+        pg_db_url: str, tmp_path: Path) -> None:
+    """As on SQLite (tests/e2e/test_zone_faults.py): a root killed while its
+    own pool is held for a request (its cell still asked) leaves the request
+    placing in its ledger. Restarted, with no other server of its database
+    alive beside it (its advisory lock), it undoes that at once, not at the
+    request's deadline (30 s, every retry meanwhile a 409
+    request_in_progress)."""
+    slow = ["--zone", "root", *TIMING, "--child-timeout", "20", "--log-level", "info"]
+    root = ServerProcess(pg_db_url, extra=slow, log_path=tmp_path / "root.log").start()
+    procs = {"root": root}
+    try:
+        port = free_port()
+        relay = HoldingRelay(port, pattern=b"/strato/v1/schedule").start()
+        procs["dfw"] = zone(tmp_path, "dfw", root, [
+            "--location-prefix", "dfw", "--advertise-url", f"http://127.0.0.1:{relay.port}"],
+            port=port).start()
+        agg = str(uuid.uuid4())
+        with api.client(procs["dfw"].url) as c:
+            host = _provider(c, "dfw-h0", {"VCPU": {"total": 8}}, aggs=[agg])
+            r = c.put(f"/strato/v1/providers/{host}/meta",
+                      json={"location": "dfw/room1/rack1/h0", "tags": []})
+            assert r.status_code == 200, r.text
+        with api.client(root.url) as c:
+            _provider(c, "pool", {"DISK_GB": {"total": 800}}, aggs=[agg],
+                      traits=["MISC_SHARES_VIA_AGGREGATE"])
+        body = {"consumers": [str(uuid.uuid4())], "project_id": "p", "user_id": "u",
+                "groups": [{"resources": {"VCPU": 1, "DISK_GB": 40}}],
+                "request_id": f"r-{uuid.uuid4()}"}
+        with api.client(root.url) as c:
+            wait_for(lambda: (children(c).get("dfw", {}).get("summary") or {})
+                     .get("providers") == 1)
+            with pytest.raises(httpx.TimeoutException):
+                c.post("/strato/v1/schedule", json=body, timeout=2.0)
+        assert relay.held >= 1, "the request never reached the cell"
+        root.kill()
+        relay.release()
+        procs["root"] = again = ServerProcess(pg_db_url, port=root.port, extra=slow,
+                                              log_path=tmp_path / "root.log").start()
+        with api.client(again.url) as c:
+            began = time.monotonic()
+            r = until_not_503(c, "POST", "/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+            assert time.monotonic() - began < 8.0
+        assert "left unanswered by an earlier process" in (tmp_path / "root.log").read_text()
+    finally:
+        stop_all(procs)

@@ -835,3 +835,31 @@ def test_no_new_turn_takes_the_lock_before_a_thread_that_waits_for_it(
         db._lock_waiting(-1)
     assert db._lock_waiters == 0
     assert stored(db) == {1}
+
+
+@pytest.mark.postgres
+def test_a_postgresql_server_knows_whether_it_is_the_only_one(pg_db_url: str) -> None:
+    """`claim_alone`: true for the first server of a database, false beside
+    a live one (even after the first's start-up), true again once every
+    other has gone (its connection closed: a process killed lets go too)."""
+    first, second, third = (Database(pg_db_url) for _ in range(3))
+    try:
+        assert first.claim_alone() is True
+        first.end_alone()
+        assert second.claim_alone() is False
+        second.end_alone()
+        first.dispose()
+        second.dispose()
+        assert third.claim_alone() is True
+    finally:
+        for db in (first, second, third):
+            db.dispose()
+
+
+def test_a_sqlite_server_is_alone(sqlite_db_url: str) -> None:
+    db = Database(sqlite_db_url)
+    try:
+        assert db.claim_alone() is True
+        db.end_alone()
+    finally:
+        db.dispose()
