@@ -134,6 +134,12 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
                           "cycle); retrying in %.0fs, in case that was a summary from before "
                           "a change: %s", settings.parent_url, max_delay, _detail(reply.body))
                 delay = max_delay
+            elif (reply.status == 400 and "rejoin" in body
+                  and "rejoin" in _detail(reply.body)):
+                # A parent of an earlier version, which knows no `rejoin`:
+                # registered as at a start (it keeps no removed names either).
+                del body["rejoin"]
+                continue
             elif reply.status == 409 and _has_code(reply.body, errors.ZONE_REMOVED):
                 log.warning("parent %s: %s; this zone serves alone", settings.parent_url,
                             _detail(reply.body))

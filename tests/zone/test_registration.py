@@ -28,7 +28,7 @@ class Answers:
 
     async def call(self, url: str, method: str, path: str, **kw: Any) -> Reply:
         self.calls += 1
-        self.bodies.append(kw["json"])
+        self.bodies.append(dict(kw["json"]))
         if not self.replies:
             await asyncio.sleep(3600)
         return self.replies.pop(0)
@@ -141,3 +141,13 @@ def test_what_the_operator_reads(caplog: Any) -> None:
     assert "http://parent:1" in records[0].getMessage()
     assert records[-1].levelname == "WARNING"
     assert "registered with parent" in records[-1].getMessage()
+
+
+def test_a_parent_that_knows_no_rejoin_takes_the_zone_as_at_a_start() -> None:
+    """A parent of an earlier version refuses the unknown field: sent again
+    without it."""
+    old = Reply(400, {"errors": [{"status": 400, "title": "Bad Request",
+                                  "detail": "rejoin: Extra inputs are not permitted"}]})
+    parent = Answers(Reply(201, {}), old, Reply(200, {}))
+    _keep(parent, ParentContact(), 0.35)
+    assert [b.get("rejoin", False) for b in parent.bodies] == [False, True, False]
