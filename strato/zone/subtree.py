@@ -35,6 +35,7 @@ restart, each consumer's first lookup asks every child).
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -51,6 +52,7 @@ from strato.zone import protocol
 from strato.zone.attempt import Health
 from strato.zone.transport import COUNTED, Malformed, Reply, Transport, Unreachable
 
+log = logging.getLogger("strato.zone")
 # The response header naming the zones a partial answer could not ask (a
 # child's own answer may name zones below it: passed on, as paths).
 INCOMPLETE = "x-strato-incomplete"
@@ -329,6 +331,7 @@ async def list_providers(tree: Tree, owners: Owners, query: str, version: str
     answers, missing = await _ask_all(tree, path, _Listing, "provider listing", version)
     out: list[dict[str, Any]] = []
     names = [m.child for m in missing]
+    listed: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for c, listing in answers:
         try:
             uuids = [protocol._parse(_Listed, {"uuid": p.get("uuid")}, "provider").uuid
@@ -338,8 +341,22 @@ async def list_providers(tree: Tree, owners: Owners, query: str, version: str
             names.append(c.name)
             continue
         for uuid, p in zip(uuids, listing.resource_providers, strict=True):
-            owners.learn(uuid, c.name)
-            out.append(p)
+            listed.setdefault(uuid, []).append((c.name, p))
+    for uuid, where in listed.items():
+        if len(where) > 1:
+            # Two children list one provider (it moved between them as they
+            # answered, or one of them lies): the owner known so far keeps
+            # it, so a child cannot take another's providers' writes by
+            # listing them; it is listed once.
+            known = owners.get(uuid)
+            where = [next((w for w in where if w[0] == known), where[0])]
+            log.warning("provider %s is listed by child zones %s; kept in %s", uuid,
+                        ", ".join(n for n, _ in listed[uuid]), where[0][0])
+        if owners.get(uuid) is None:
+            # Only where no owner is known: a listing does not move one (a
+            # provider that moved is found again when its old zone says 404).
+            owners.learn(uuid, where[0][0])
+        out.append(where[0][1])
     return out, names
 
 
@@ -385,19 +402,30 @@ async def provider_write(tree: Tree, owners: Owners, uuid: str, method: str, pat
     could be in a child that did not answer, or when its owner did not
     answer (saying whether the write may have been made)."""
     kids = {c.name: c for c in await tree.children()}
-    if owners.get(uuid) not in kids:
-        found = await provider_route(tree, owners, uuid, f"/resource_providers/{uuid}",
-                                     version)
-        if found is None:
+    probe = f"/resource_providers/{uuid}"
+    for _ in range(2):
+        if owners.get(uuid) not in kids:
+            found = await provider_route(tree, owners, uuid, probe, version)
+            if found is None:
+                return None
+        child = kids.get(owners.get(uuid) or "")
+        if child is None:
             return None
-    child = kids.get(owners.get(uuid) or "")
-    if child is None:
-        return None
-    reply = await send_to(tree, child, method, path, body, version,
-                          f"resource provider {uuid}")
-    if method == "DELETE" and path == f"/resource_providers/{uuid}" and reply.status in (204,
-                                                                                        404):
-        owners.forget(uuid)  # gone
+        reply = await send_to(tree, child, method, path, body, version,
+                              f"resource provider {uuid}")
+        if reply.status != 404:
+            return reply
+        if method == "DELETE" and path == probe:
+            owners.forget(uuid)  # gone
+            return reply
+        # Not there: a 404 about something else of the provider (an
+        # inventory), or the provider moved away (deleted there and made in
+        # another child) since this zone learned where it was: then it is
+        # looked for again, once.
+        there, _ = await _get(tree, child, probe, version)
+        if there is None or there.status != 404:
+            return reply
+        owners.forget(uuid)
     return reply
 
 

@@ -756,3 +756,51 @@ def test_a_reshape_of_a_cells_providers_at_the_root_is_made_in_the_cell(
             "inventories": {h["uuid"]: inv(2, h["generation"])}, "allocations": {}})
         assert r.status_code == 409, r.text
     run(tmp_path, scenario)
+
+
+def test_a_child_listing_another_childs_provider_does_not_take_its_writes(
+        tmp_path: Path) -> None:
+    """A child (another organisation's) that lists a provider of its sibling
+    in its listings: the provider is listed once, and writes to it still go
+    to the zone that owns it."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        h = (await tree.client("dfw").get("/resource_providers?name=dfw-h0")).json()[
+            "resource_providers"][0]
+        assert (await root.get(f"/resource_providers/{h['uuid']}")).status_code == 200
+        real = tree.transport.call
+
+        async def lying(url: str, method: str, path: str, **kw: Any) -> Any:
+            reply = await real(url, method, path, **kw)
+            if url == "inproc://ord" and path.split("?")[0] == "/resource_providers":
+                reply = type(reply)(reply.status, {"resource_providers": [
+                    *reply.body["resource_providers"], {**h, "name": "stolen"}]})
+            return reply
+        tree.transport.call = lying  # type: ignore[method-assign]
+        r = await root.get("/resource_providers")
+        listed = [p["uuid"] for p in r.json()["resource_providers"]]
+        assert listed.count(h["uuid"]) == 1
+        r = await root.put(f"/resource_providers/{h['uuid']}", json={"name": "renamed"})
+        assert r.status_code == 200, r.text
+        got = (await tree.client("dfw").get(f"/resource_providers/{h['uuid']}")).json()
+        assert got["name"] == "renamed"
+    run(tmp_path, scenario)
+
+
+def test_a_provider_that_moved_between_cells_gets_its_writes_where_it_is_now(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        root, dfw, ord_ = tree.client("global"), tree.client("dfw"), tree.client("ord")
+        r = await dfw.post("/resource_providers", json={"name": "mover"},
+                           headers={V: "placement 1.20"})
+        mover = r.json()["uuid"]
+        assert (await root.get(f"/resource_providers/{mover}")).status_code == 200
+        # Deleted in dfw and made in ord by their own clients: the root
+        # learned dfw, which now says 404.
+        assert (await dfw.delete(f"/resource_providers/{mover}")).status_code == 204
+        r = await ord_.post("/resource_providers", json={"name": "mover", "uuid": mover})
+        assert r.status_code in (200, 201), r.text
+        r = await root.put(f"/resource_providers/{mover}", json={"name": "moved"})
+        assert r.status_code == 200, r.text
+        assert (await ord_.get(f"/resource_providers/{mover}")).json()["name"] == "moved"
+    run(tmp_path, scenario)
