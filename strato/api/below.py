@@ -88,6 +88,9 @@ class ProvidersBelow:
                 or (scope["method"] == "POST" and scope["path"] == "/allocations")):
             await self._allocations(scope, receive, send)
             return
+        if scope["method"] == "GET" and scope["path"] == "/strato/v1/providers":
+            await self._meta_list(scope, receive, send)
+            return
         if scope["method"] == "POST" and scope["path"] == "/reshaper":
             await self._reshape(scope, receive, send)
             return
@@ -371,6 +374,28 @@ class ProvidersBelow:
         if missing:
             headers = [*headers, (INCOMPLETE.encode(), ", ".join(missing).encode())]
         await _replay(status, headers, answer, scope, receive, send)
+
+    async def _meta_list(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`GET /strato/v1/providers` (`strato providers list`) for the whole
+        subtree: this zone's providers, then each child's for the same query,
+        each row naming its zone (`zone`: `child`, or deeper, `child/cell`);
+        a child that could not say is named in x-strato-incomplete."""
+        tree = self.state.tree
+        if not await tree.children():
+            await self.app(scope, receive, send)
+            return
+        status, headers, body = await _capture(self.app, scope, receive)
+        if status != 200:
+            await _replay(status, headers, body, scope, receive, send)
+            return
+        own = json.loads(body)
+        for row in own["providers"]:
+            row["zone"] = tree.config.name
+        query = scope.get("query_string", b"").decode("latin-1")
+        rows, missing = await subtree.meta_lists(
+            tree, "/strato/v1/providers" + (f"?{query}" if query else ""))
+        own["providers"] += rows
+        await _rewritten(headers, json.dumps(own).encode(), missing, send)
 
     async def _registry_list(self, scope: Scope, receive: Receive, send: Send) -> None:
         """`GET /traits` and `GET /resource_classes` for the whole tree: this

@@ -90,7 +90,10 @@ def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool
 def _table(rows: list[dict[str, Any]], window: float, only_stale: bool) -> Table:
     title = f"{'stale ' if only_stale else ''}providers (stale after {window:g}s)"
     t = Table(title=title)
-    for col in ("name", "uuid", "location", "tags", "last report", "state"):
+    # A zone with children lists its subtree's providers, each with its zone.
+    zones = len({p.get("zone") for p in rows}) > 1
+    for col in ("name", "uuid", *(["zone"] if zones else []), "location", "tags",
+                "last report", "state"):
         t.add_column(col, overflow="fold")
     for p in rows:
         if p["stale"]:
@@ -104,7 +107,8 @@ def _table(rows: list[dict[str, Any]], window: float, only_stale: bool) -> Table
         loc = p["location"] or ""
         if p["location"] and p["own_location"] is None:
             loc += " [dim](root's)[/]"
-        t.add_row(escape(p["name"]), p["uuid"], loc, ", ".join(p["tags"]), last, state)
+        t.add_row(escape(p["name"]), p["uuid"], *([escape(str(p.get("zone")))] if zones else []),
+                  loc, ", ".join(p["tags"]), last, state)
     return t
 
 

@@ -315,6 +315,26 @@ async def registry_names(tree: Tree, path: str, version: str
     return out, [m.child for m in missing]
 
 
+class _MetaList(protocol._Message):
+    providers: list[dict[str, Any]] = Field(max_length=protocol.MAX_COUNT)
+
+
+async def meta_lists(tree: Tree, path: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every child's `GET /strato/v1/providers?...` (`path`): their rows,
+    each with `zone`, its path from this zone down (as a placement's); and the children
+    that could not say."""
+    answers, missing = await _ask_all(tree, path, _MetaList, "provider metadata listing")
+    rows: list[dict[str, Any]] = []
+    for c, listing in answers:
+        for row in listing.providers:
+            # A child with children of its own names them from itself down.
+            zone = row.get("zone")
+            deeper = (isinstance(zone, str) and zone.startswith(c.name + "/")
+                      and len(zone) <= 300 and zone.isprintable())
+            rows.append({**row, "zone": f"{tree.config.name}/{zone if deeper else c.name}"})
+    return rows, [m.child for m in missing]
+
+
 class _Listed(protocol._Message):
     uuid: Id
 

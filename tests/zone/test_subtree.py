@@ -804,3 +804,25 @@ def test_a_provider_that_moved_between_cells_gets_its_writes_where_it_is_now(
         assert r.status_code == 200, r.text
         assert (await ord_.get(f"/resource_providers/{mover}")).json()["name"] == "moved"
     run(tmp_path, scenario)
+
+
+def test_strato_providers_at_the_root_lists_the_subtree_with_zones(tmp_path: Path) -> None:
+    """`strato providers list` at the root: every provider below, each with
+    the path of its zone; a cell that cannot say is named."""
+    async def main() -> None:
+        tree = await make(tmp_path, DEEP, hosts=1)
+        try:
+            root = tree.client("global")
+            r = await root.get("/strato/v1/providers")
+            assert r.status_code == 200, r.text
+            zones = {p["name"]: p["zone"] for p in r.json()["providers"]}
+            assert zones == {"dfw-a-h0": "global/dfw/dfw-a", "dfw-b-h0": "global/dfw/dfw-b"}
+            r = await root.get("/strato/v1/providers?stale=true")
+            assert r.json()["providers"] == []
+            tree.kill("dfw-a")
+            r = await root.get("/strato/v1/providers")
+            assert [p["zone"] for p in r.json()["providers"]] == ["global/dfw/dfw-b"]
+            assert r.headers["x-strato-incomplete"] == "dfw/dfw-a"
+        finally:
+            await tree.aclose()
+    asyncio.run(main())

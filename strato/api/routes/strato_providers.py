@@ -45,6 +45,9 @@ class MetaView(BaseModel):
     stale: bool
     stale_reason: str | None
     updated_at: str | None
+    zone: str | None = Field(
+        default=None, description="At a zone with children: the zone the provider is in "
+        "(its path from this zone, as a placement's: 'global', 'global/dfw/dfw-c1').")
 
 
 class MetaList(BaseModel):
@@ -110,6 +113,7 @@ def list_providers_meta(
     with deps.db(request).read() as conn:
         found = store.list_meta(conn, now=now, window=window, stale=stale, tag=tag)
     return MetaList(stale_after=window, providers=[_view(m, now, window) for m in found])
+
 
 
 @router.post("/{uuid}/heartbeat", response_model=HeartbeatView)
