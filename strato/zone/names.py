@@ -28,6 +28,16 @@ from strato.store.db import Database
 log = logging.getLogger("strato.zone")
 
 
+# At most this many new names are made from one summary (the rest at the next
+# ones), this many in one transaction (the write lock is short), and this
+# many in all by one process: a child that lists names without end (a bug, or
+# another organisation's zone) cannot flood this zone's registry or hold its
+# writes.
+PER_SUMMARY = 200
+PER_TRANSACTION = 50
+MAX_LEARNED = 10_000
+
+
 class TreeNames:
     """The custom names this zone has made (or found) in its own registry."""
 
@@ -37,6 +47,7 @@ class TreeNames:
         self._pending: tuple[set[str], set[str]] = (set(), set())
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[bool] | None = None
+        self._full = False
 
     def note(self, summary: dict[str, Any], db: Database) -> None:
         """A child's summary: make the custom names it lists that are new here
@@ -45,8 +56,16 @@ class TreeNames:
         found = _custom(summary.get("traits") or ()) - self._traits
         if not classes and not found:
             return
-        self._pending[0].update(classes)
-        self._pending[1].update(found)
+        room = min(PER_SUMMARY, MAX_LEARNED - self.size() - sum(map(len, self._pending)))
+        if room <= 0:
+            if not self._full:
+                self._full = True
+                log.warning("child zones list more than %d custom class and trait names this "
+                            "zone does not have: no more are made here (create them with "
+                            "PUT /traits/{name} or /resource_classes/{name})", MAX_LEARNED)
+            return
+        self._pending[0].update(sorted(classes)[:room])
+        self._pending[1].update(sorted(found)[:max(0, room - len(classes))])
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self.make(db))
 
@@ -87,18 +106,15 @@ def _custom(names: Iterable[Any]) -> set[str]:
 
 def _ensure(db: Database, classes: list[str], found: list[str]) -> list[str]:
     made: list[str] = []
-    with db.write() as conn:
-        for name in classes:
-            try:
-                if resource_classes.ensure_class(conn, name)[1]:
-                    made.append(name)
-            except errors.StratoError as exc:
-                log.warning("a child zone lists resource class %r, not made here: %s",
-                            name, exc.detail)
-        for name in found:
-            try:
-                if traits.ensure_trait(conn, name)[1]:
-                    made.append(name)
-            except errors.StratoError as exc:
-                log.warning("a child zone lists trait %r, not made here: %s", name, exc.detail)
+    work = [(True, n) for n in classes] + [(False, n) for n in found]
+    for i in range(0, len(work), PER_TRANSACTION):
+        with db.write() as conn:
+            for is_class, name in work[i:i + PER_TRANSACTION]:
+                try:
+                    if (resource_classes.ensure_class(conn, name) if is_class
+                            else traits.ensure_trait(conn, name))[1]:
+                        made.append(name)
+                except errors.StratoError as exc:
+                    log.warning("a child zone lists %s %r, not made here: %s",
+                                "resource class" if is_class else "trait", name, exc.detail)
     return made

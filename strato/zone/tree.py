@@ -357,7 +357,10 @@ class ZoneTree:
         # through the whole subtree.
         async with self._learning:
             if time.monotonic() - self._learned_at >= LEARN_EVERY_S:
-                await self.refresh(fresh=True, wait=self.config.child_timeout)
+                # Not the children that failed (a hung one would hold every
+                # misspelt name for the child timeout).
+                kids = [c for c in await self.children() if self.health_of(c.name).healthy]
+                await self.refresh(kids, fresh=True, wait=self.config.child_timeout)
                 self._learned_at = time.monotonic()
             await self.names.settle(self.db)
         return self.names.size() > before
@@ -890,12 +893,21 @@ class ZoneTree:
             else:
                 await run_in_threadpool(check, set(), set())
         except errors.BadRequest:
-            classes: set[str] = set()
-            traits: set[str] = set()
-            for cached in self.cache.values():
-                classes.update(cached.body.get("classes", {}))
-                traits.update(cached.body.get("traits", []))
-            await run_in_threadpool(check, classes, traits)
+            def seen() -> tuple[set[str], set[str]]:
+                classes: set[str] = set()
+                traits: set[str] = set()
+                for cached in self.cache.values():
+                    classes.update(cached.body.get("classes", {}))
+                    traits.update(cached.body.get("traits", []))
+                return classes, traits
+            try:
+                await run_in_threadpool(check, *seen())
+            except errors.BadRequest:
+                # A name a cell made since its last summary: ask the children
+                # (at most once a second) before the 400.
+                if not await self.learn_names():
+                    raise
+                await run_in_threadpool(check, *seen())
 
     @contextmanager
     def _placing(self, req: ScheduleRequest) -> Iterator[None]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from strato.zone.inprocess import InProcessTree
+from strato.zone.names import PER_SUMMARY, TreeNames
 from tests.zone.helpers import record_calls
 from tests.zone.test_split import host, run, zt
 
@@ -96,4 +97,31 @@ def test_the_registry_listed_at_the_root_is_the_trees(tmp_path: Path) -> None:
         tree.kill("ord")
         r = await root.get("/traits", headers=V)
         assert r.status_code == 200 and r.headers["x-strato-incomplete"] == "ord"
+    run(tmp_path, scenario)
+
+
+def test_a_child_listing_names_without_end_does_not_flood_the_registry(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        names = TreeNames()
+        db = tree.dbs["global"]
+        flood = {"classes": {}, "traits": [f"CUSTOM_T{i}" for i in range(1000)]}
+        names.note(flood, db)
+        await names.settle(db)
+        assert names.size() == PER_SUMMARY
+        names.note(flood, db)
+        await names.settle(db)
+        assert names.size() == 2 * PER_SUMMARY
+    run(tmp_path, scenario)
+
+
+def test_a_schedule_at_the_root_names_a_class_a_cell_just_made(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        rp = await baremetal_in_dfw(tree)
+        r = await tree.client("global").post("/strato/v1/schedule", json={
+            "consumers": ["5c0e5d43-9e41-4b9a-8a4e-1d8b0c7f0001"], "project_id": "p",
+            "user_id": "u", "groups": [{"resources": {"CUSTOM_BAREMETAL_GOLD": 1},
+                                        "required": ["CUSTOM_RAID10"]}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["placements"][0]["provider"] == rp
     run(tmp_path, scenario)
