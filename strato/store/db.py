@@ -573,6 +573,34 @@ class Database:
             self._alone = (conn, alone)
         return self._alone[1]
 
+    def keep_server_lock(self) -> None:
+        """PostgreSQL: check that the connection holding this server's shared
+        advisory lock is alive, and take the lock again on a new one when it
+        is not (the database restarted or failed over, an idle timeout, a
+        firewall): until then a server starting on this database would think
+        itself alone and undo this one's requests. Called every recovery
+        round. (A connection pooler in transaction mode, PgBouncer's, cannot
+        hold session locks: point zones at PostgreSQL itself.)"""
+        if self.is_sqlite or self._alone is None:
+            return
+        conn = self._alone[0]
+        try:
+            conn.execute(sa.text("SELECT 1"))
+            return
+        except Exception:
+            with suppress(Exception):
+                conn.close()
+        log.warning("the connection holding this server's lock on its database was lost; "
+                    "taking the lock again")
+        self._alone = None
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            conn.execute(sa.text("SELECT pg_advisory_lock_shared(:k)"), {"k": SERVER_LOCK})
+        except BaseException:
+            conn.close()
+            raise
+        self._alone = (conn, False)
+
     def end_alone(self) -> None:
         """Let other servers of this database start (keeps the shared lock)."""
         if self._alone is not None and self._alone[1]:

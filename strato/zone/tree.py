@@ -2049,6 +2049,8 @@ class ZoneTree:
             try:
                 if await self.children():
                     await self._write(sweep.heartbeat)
+                if not self.db.is_sqlite:
+                    await run_in_threadpool(self.db.keep_server_lock)
                 if self._sweep is not None:
                     self._sweep = await sweep.run(self, self._sweep)
                 await self.recover()

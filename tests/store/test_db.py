@@ -863,3 +863,23 @@ def test_a_sqlite_server_is_alone(sqlite_db_url: str) -> None:
         db.end_alone()
     finally:
         db.dispose()
+
+
+@pytest.mark.postgres
+def test_a_postgresql_server_that_lost_its_lock_connection_takes_the_lock_again(
+        pg_db_url: str) -> None:
+    """Its connection ended (a failover, an idle timeout): a server starting
+    after the next check does not think itself alone."""
+    first, second = Database(pg_db_url), Database(pg_db_url)
+    try:
+        assert first.claim_alone() is True
+        first.end_alone()
+        assert first._alone is not None
+        pid = first._alone[0].execute(sa.text("SELECT pg_backend_pid()")).scalar()
+        with second.engine.connect() as c:
+            c.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        first.keep_server_lock()
+        assert second.claim_alone() is False
+    finally:
+        first.dispose()
+        second.dispose()
