@@ -71,6 +71,8 @@ class ProvidersBelow:
         # One allocations write per consumer at a time through this zone, from
         # the look for it elsewhere to the write (`_refuse_elsewhere`).
         self._consumer_locks = split.GroupLocks()
+        # One create or rename of a provider name (or uuid) at a time (`_create`).
+        self._name_locks = split.GroupLocks()
 
     @property
     def owners(self) -> subtree.Owners:
@@ -172,16 +174,34 @@ class ProvidersBelow:
         except errors.StratoError as exc:  # too large: the limit's 413
             await strato_error_response(exc, rid)(scope, receive, send)
             return
+        new_name = None
+        if scope["method"] == "PUT" and scope["path"] == f"/resource_providers/{item.group(1)}":
+            try:
+                deps.authorize(Request(scope), "placement:resource_providers:update")
+            except errors.StratoError as exc:
+                await strato_error_response(exc, rid)(scope, receive, send)
+                return
+            renamed = _parsed_or_none(body)
+            new_name = renamed.get("name") if isinstance(renamed, dict) else None
+        # One create or rename of a name at a time through this zone, from
+        # the look for it in the tree to the write.
+        async with self._name_locks.hold([f"name:{new_name}"] if isinstance(new_name, str)
+                                         else []):
+            await self._write_item(scope, receive, send, item, body, new_name, rid)
+
+    async def _write_item(self, scope: Scope, receive: Receive, send: Send,
+                          item: re.Match[str], body: bytes, new_name: Any,
+                          rid: str | None) -> None:
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         uuid = item.group(1).lower()
-        if scope["method"] == "PUT" and scope["path"] == f"/resource_providers/{item.group(1)}":
+        if isinstance(new_name, str):
             # A rename: the name must be free in the whole subtree, as in one
             # Placement (each zone checks its own providers only).
             try:
-                deps.authorize(Request(scope), "placement:resource_providers:update")
-                renamed = _parsed_or_none(body)
-                if isinstance(renamed, dict):
-                    await self._refuse_taken(version, name=renamed.get("name"), renamed=uuid)
+                current = await self._current_name(uuid, version)
+                if current is not None and current[0] != new_name:
+                    await self._refuse_taken(version, name=new_name, renamed=uuid,
+                                             here_too=not current[1])
             except errors.StratoError as exc:
                 await strato_error_response(exc, rid)(scope, receive, send)
                 return
@@ -206,6 +226,25 @@ class ProvidersBelow:
             await _replay(status, headers, answer, scope, receive, send)
             return
         await _answer(reply, scope, receive, send)
+
+    async def _current_name(self, uuid: str, version: str) -> tuple[str, bool] | None:
+        """Provider `uuid`'s name and whether it is this zone's; None if no
+        zone has it (its write is then this zone's route's 404)."""
+        db = self.state.db
+
+        def look() -> str | None:
+            with db.read() as conn:
+                p = providers.get_provider_or_none(conn, uuid)
+            return None if p is None else p.name
+        here = await run_in_threadpool(look)
+        if here is not None:
+            return here, True
+        reply = await subtree.provider_route(self.state.tree, self.owners, uuid,
+                                             f"/resource_providers/{uuid}", version)
+        if reply is None or reply.status != 200 or not isinstance(reply.body, dict):
+            return None
+        name = reply.body.get("name")
+        return (name, False) if isinstance(name, str) else None
 
     async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
         """`POST /resource_providers` at a zone with children, as one Placement:
@@ -234,6 +273,14 @@ class ProvidersBelow:
         if not isinstance(body, dict):
             await self.app(scope, replay_body(raw, receive), send)
             return
+        keys = [f"{k}:{body.get(k)}" for k in ("name", "uuid") if isinstance(body.get(k), str)]
+        async with self._name_locks.hold(keys):
+            await self._create_checked(scope, receive, send, body, raw, version, rid)
+
+    async def _create_checked(self, scope: Scope, receive: Receive, send: Send,
+                              body: dict[str, Any], raw: bytes, version: str,
+                              rid: str | None) -> None:
+        tree = self.state.tree
         parent = body.get("parent_provider_uuid")
         below = (isinstance(parent, str) and _UUID.fullmatch(parent) is not None
                  and not await self._here(parent))

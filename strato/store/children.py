@@ -69,19 +69,34 @@ def upsert_child(conn: Connection, name: str, url: str, location_prefix: str | N
     return get_child(conn, name), not existed
 
 
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """A child an operator removed: when, and which zone it was."""
+
+    at: datetime
+    identity_hash: str | None
+    url: str | None
+
+
 def delete_child(conn: Connection, name: str) -> None:
-    """Remove a child, and remember that an operator did (`removed_at`)."""
+    """Remove a child, and remember that an operator did, and which zone."""
     # None is named with a NUL (PostgreSQL refuses the query).
-    if "\x00" in name or conn.execute(
+    known = None if "\x00" in name else find_child(conn, name)
+    if known is None or conn.execute(
             sa.delete(children).where(children.c.name == name)).rowcount == 0:
         raise errors.NotFound(f"No child zone named {name!r}")
-    stmt = upsert_insert(conn, removed_children).values(name=name, removed_at=utcnow())
+    row = {"removed_at": utcnow(), "identity_hash": known.identity_hash, "url": known.url}
+    stmt = upsert_insert(conn, removed_children).values(name=name, **row)
     conn.execute(stmt.on_conflict_do_update(index_elements=[removed_children.c.name],
-                                            set_={"removed_at": stmt.excluded.removed_at}))
+                                            set_={k: stmt.excluded[k] for k in row}))
 
 
-def removed_at(conn: Connection, name: str) -> datetime | None:
-    """When an operator removed the child `name` (None: not removed since it
-    last registered)."""
-    return conn.execute(sa.select(removed_children.c.removed_at)
-                        .where(removed_children.c.name == name)).scalar()
+def removed(conn: Connection, name: str) -> Removed | None:
+    """The child `name` as an operator removed it (None: not removed since a
+    zone last registered the name)."""
+    r = conn.execute(sa.select(removed_children).where(removed_children.c.name == name)
+                     ).first()
+    if r is None:
+        return None
+    m = r._mapping
+    return Removed(m["removed_at"], m["identity_hash"], m["url"])

@@ -277,6 +277,8 @@ removed_children = sa.Table(
     metadata,
     sa.Column("name", sa.String(255), primary_key=True),
     sa.Column("removed_at", sa.DateTime, nullable=False),
+    sa.Column("identity_hash", sa.String(64), nullable=True),
+    sa.Column("url", sa.String(1024), nullable=True),
 )
 
 # Strato: provisional claims of a cross-zone placement. A held claim expires

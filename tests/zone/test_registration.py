@@ -151,3 +151,28 @@ def test_a_parent_that_knows_no_rejoin_takes_the_zone_as_at_a_start() -> None:
     parent = Answers(Reply(201, {}), old, Reply(200, {}))
     _keep(parent, ParentContact(), 0.35)
     assert [b.get("rejoin", False) for b in parent.bodies] == [False, True, False]
+
+
+def test_a_removal_refuses_the_rejoin_of_the_zone_removed_only(tmp_path: Any) -> None:
+    """The mark is for the zone that was removed (its identity): another
+    zone that held the name, removed by mistake, does not lock the name's
+    real zone out; a registration without `rejoin` clears it."""
+    from tests.zone.test_split import run
+
+    async def scenario(tree: Any) -> None:
+        root = tree.client("global")
+
+        def reg(identity: str, rejoin: bool) -> dict[str, Any]:
+            return {"name": "x", "url": f"inproc://x-{identity[:4]}", "identity": identity,
+                    "rejoin": rejoin}
+        a, b = "a" * 32, "b" * 32
+        assert (await root.post("/strato/v1/children", json=reg(b, False))).status_code == 201
+        assert (await root.delete("/strato/v1/children/x")).status_code == 204
+        r = await root.post("/strato/v1/children", json=reg(a, True))
+        assert r.status_code == 201, r.text
+        assert (await root.delete("/strato/v1/children/x")).status_code == 204
+        r = await root.post("/strato/v1/children", json=reg(a, True))
+        assert r.status_code == 409 and "strato.zone_removed" in r.text, r.text
+        r = await root.post("/strato/v1/children", json=reg(a, False))
+        assert r.status_code == 201, r.text
+    run(tmp_path, scenario)

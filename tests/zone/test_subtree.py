@@ -826,3 +826,33 @@ def test_strato_providers_at_the_root_lists_the_subtree_with_zones(tmp_path: Pat
         finally:
             await tree.aclose()
     asyncio.run(main())
+
+
+def test_renames_and_creates_at_the_root_are_unique_and_need_no_one_who_cannot_answer(
+        tmp_path: Path) -> None:
+    """A cell's provider renamed to the name of the root's own: 409. The
+    root's own provider updated without a new name: no look below (200 with
+    a cell down). Two creates of one name at once through the root: one."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        v = {V: "placement 1.20"}
+        own = (await root.post("/resource_providers", json={"name": "root-pool"},
+                               headers=v)).json()
+        h = (await tree.client("dfw").get("/resource_providers?name=dfw-h0")).json()[
+            "resource_providers"][0]
+        r = await root.put(f"/resource_providers/{h['uuid']}", json={"name": "root-pool"},
+                           headers=v)
+        assert r.status_code == 409, r.text
+        got = await asyncio.gather(*(root.post(
+            "/resource_providers", headers=v,
+            json={"name": "twin"} if i % 2 else
+            {"name": "twin", "parent_provider_uuid": h["uuid"]}) for i in range(6)))
+        assert sorted(r.status_code for r in got) == [200] + [409] * 5, [r.text for r in got]
+        tree.kill("ord")
+        r = await root.put(f"/resource_providers/{own['uuid']}", json={"name": "root-pool"},
+                           headers=v)
+        assert r.status_code == 200, r.text
+        r = await root.put(f"/resource_providers/{'0' * 8}-0000-4000-8000-{'0' * 12}",
+                           json={"name": "root-pool"}, headers=v)
+        assert r.status_code in (404, 503), r.text
+    run(tmp_path, scenario)

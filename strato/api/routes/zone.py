@@ -221,14 +221,18 @@ async def create_child(request: Request, body: ChildSpec) -> Response:
     identity = None if body.identity is None else hashlib.sha256(
         body.identity.encode()).hexdigest()
 
-    def read() -> tuple[store.Child | None, datetime | None]:
+    def read() -> tuple[store.Child | None, store.Removed | None]:
         with deps.db(request).read() as conn:
-            return store.find_child(conn, body.name), store.removed_at(conn, body.name)
+            return store.find_child(conn, body.name), store.removed(conn, body.name)
     known, removed = await run_in_threadpool(read)
-    if body.rejoin and known is None and removed is not None:
+    if (body.rejoin and known is None and removed is not None
+            and _same_zone(store.Child(body.name, removed.url or "", None, (), None,
+                                       removed.identity_hash), body.url, identity)):
+        # (Only the zone that was removed: another that held the name, removed
+        # by mistake, does not lock the name's real zone out.)
         raise errors.Conflict(
             f"name: zone {body.name!r} was removed from zone {tree.config.name!r} by an "
-            f"operator at {removed.isoformat(timespec='seconds')}Z; it registers again "
+            f"operator at {removed.at.isoformat(timespec='seconds')}Z; it registers again "
             "when it is restarted, or when an admin adds it (strato children add)",
             errors.ZONE_REMOVED)
     if (not ctx.is_admin and known is not None and known.identity_hash is not None

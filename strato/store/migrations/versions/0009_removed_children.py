@@ -19,6 +19,10 @@ def upgrade() -> None:
         "strato_removed_children",
         sa.Column("name", sa.String(255), primary_key=True),
         sa.Column("removed_at", sa.DateTime, nullable=False),
+        # Which zone was removed (its identity's sha256, its URL): another
+        # zone that registers the name later is not refused for it.
+        sa.Column("identity_hash", sa.String(64), nullable=True),
+        sa.Column("url", sa.String(1024), nullable=True),
     )
 
 
