@@ -57,6 +57,11 @@ _ITEM = re.compile(r"^/resource_providers/([0-9a-fA-F-]{32,36})"
 # Strato's own metadata of a provider (location, tags) follows its provider.
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                    r"[0-9a-fA-F]{12}")
+# Consumers looked for below at once by one write that names many.
+LOOKUPS_AT_ONCE = 16
+# An x-strato-incomplete header says at most this much (the names it cuts are
+# counted).
+MAX_INCOMPLETE_CHARS = 2000
 _META = re.compile(r"^/strato/v1/providers/([0-9a-fA-F-]{32,36})/meta$")
 INCOMPLETE = subtree.INCOMPLETE
 _CONSUMER = re.compile(r"^/allocations/([0-9a-fA-F-]{32,36})$")
@@ -419,7 +424,7 @@ class ProvidersBelow:
         missing = await subtree.tell_children(self.state.tree, scope["method"], scope["path"],
                                               parsed, version)
         if missing:
-            headers = [*headers, (INCOMPLETE.encode(), ", ".join(missing).encode())]
+            headers = [*headers, _incomplete(missing)]
         await _replay(status, headers, answer, scope, receive, send)
 
     async def _meta_list(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -723,12 +728,21 @@ class ProvidersBelow:
                 raise _Local  # not all well-formed: this zone's route says why
             where: dict[str, str] = {}
             child = None
-            for c in consumers:
-                if await self._generation_here(c) is not None:
+            gate = asyncio.Semaphore(LOOKUPS_AT_ONCE)
+
+            async def look(c: str) -> tuple[bool, subtree.Found | None]:
+                async with gate:
+                    here = await self._generation_here(c) is not None
+                    return here, await subtree.find_consumer(tree, c)
+            for c, (here, found) in zip(consumers, await asyncio.gather(
+                    *(look(c) for c in consumers)), strict=True):
+                if here and found is not None:
+                    raise errors.BadRequest(
+                        f"consumer {c}: its allocations span this zone and one below; "
+                        "remove them with DELETE /allocations/{consumer} or an empty PUT")
+                if here:
                     where[c] = "this zone"
-                    continue
-                found = await subtree.find_consumer(tree, c)
-                if found is not None:
+                elif found is not None:
                     where[c] = f"zone {found.child.name}"
                     child = found.child
             if child is None:
@@ -873,9 +887,19 @@ async def _rewritten(headers: list[tuple[bytes, bytes]], content: bytes, missing
     out = [(k, v) for k, v in headers if k.lower() != b"content-length"]
     out.append((b"content-length", str(len(content)).encode()))
     if missing:
-        out.append((INCOMPLETE.encode(), ", ".join(missing).encode()))
+        out.append(_incomplete(missing))
     await send({"type": "http.response.start", "status": 200, "headers": out})
     await send({"type": "http.response.body", "body": content})
+
+
+def _incomplete(missing: list[str]) -> tuple[bytes, bytes]:
+    """The x-strato-incomplete header naming `missing`, cut to a bounded
+    length (children may name zones below them)."""
+    value = ", ".join(missing)
+    if len(value) > MAX_INCOMPLETE_CHARS:
+        kept = value[:MAX_INCOMPLETE_CHARS].rsplit(", ", 1)[0]
+        value = f"{kept}, ... ({len(missing) - kept.count(', ') - 1} more)"
+    return INCOMPLETE.encode(), value.encode("latin-1", "replace")
 
 
 class _Local(Exception):
@@ -916,8 +940,9 @@ async def _answer(reply: Reply, scope: Scope, receive: Receive, send: Send) -> N
                                    if isinstance(e, dict) else e for e in body["errors"]]}
     content = json.dumps(body).encode() if body is not None else b""
     headers = {}
-    if "retry-after" in reply.headers:
-        headers["retry-after"] = reply.headers["retry-after"]
+    after = reply.headers.get("retry-after", "")
+    if after.isascii() and after.isdigit() and len(after) <= 6:
+        headers["retry-after"] = after
     location = reply.headers.get("location")
     if location:
         parts = urlsplit(location)

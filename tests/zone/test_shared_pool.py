@@ -395,3 +395,24 @@ def test_a_divided_gang_with_a_pool_whose_cell_dies_holds_nothing(tmp_path: Path
         for c in b["consumers"]:
             assert not own_allocations(tree, "c2", c)
     run_wide(tmp_path, scenario)
+
+
+def test_a_post_that_empties_a_consumer_on_a_pool_and_a_cell_is_refused_whole(
+        tmp_path: Path) -> None:
+    """Emptying it in one POST /allocations would remove the root's part
+    only (the cell's VCPU leaked): a 400, nothing changed; DELETE does both."""
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        b = body(1)
+        root = tree.client("global")
+        r = await root.post("/strato/v1/schedule", json=b)
+        assert r.status_code == 200, r.text
+        c = b["consumers"][0]
+        r = await root.post("/allocations", headers={"openstack-api-version": "placement 1.36"},
+                            json={c: {"allocations": {}, "consumer_generation": 1,
+                                      "project_id": "p", "user_id": "u"}})
+        assert r.status_code == 400 and "span" in r.text, r.text
+        assert await allocations(tree, "c1", c) and await allocations(tree, "global", c)
+        assert (await root.delete(f"/allocations/{c}")).status_code == 204
+        assert not await allocations(tree, "c1", c)
+        assert not await allocations(tree, "global", c)
+    run(tmp_path, scenario)
