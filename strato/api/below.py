@@ -427,20 +427,30 @@ class ProvidersBelow:
             headers = [*headers, _incomplete(missing)]
         await _replay(status, headers, answer, scope, receive, send)
 
+    async def _own_merged(self, scope: Scope, receive: Receive, send: Send
+                          ) -> tuple[list[tuple[bytes, bytes]], Any] | None:
+        """A GET whose answer merges the children's with this zone's own: this
+        zone's headers and parsed 200 answer; None when the request has been
+        answered already (no children: this zone's route; not a 200: as is)."""
+        if not await self.state.tree.children():
+            await self.app(scope, receive, send)
+            return None
+        status, headers, body = await _capture(self.app, scope, receive)
+        if status != 200:
+            await _replay(status, headers, body, scope, receive, send)
+            return None
+        return headers, json.loads(body)
+
     async def _meta_list(self, scope: Scope, receive: Receive, send: Send) -> None:
         """`GET /strato/v1/providers` (`strato providers list`) for the whole
         subtree: this zone's providers, then each child's for the same query,
         each row naming its zone (`zone`: `child`, or deeper, `child/cell`);
         a child that could not say is named in x-strato-incomplete."""
         tree = self.state.tree
-        if not await tree.children():
-            await self.app(scope, receive, send)
+        got = await self._own_merged(scope, receive, send)
+        if got is None:
             return
-        status, headers, body = await _capture(self.app, scope, receive)
-        if status != 200:
-            await _replay(status, headers, body, scope, receive, send)
-            return
-        own = json.loads(body)
+        headers, own = got
         for row in own["providers"]:
             row["zone"] = tree.config.name
         query = scope.get("query_string", b"").decode("latin-1")
@@ -456,16 +466,12 @@ class ProvidersBelow:
         has; `associated=false`, one no provider anywhere has. A child that
         could not say is named in x-strato-incomplete."""
         tree = self.state.tree
-        if not await tree.children():
-            await self.app(scope, receive, send)
+        got = await self._own_merged(scope, receive, send)
+        if got is None:
             return
-        status, headers, body = await _capture(self.app, scope, receive)
-        if status != 200:
-            await _replay(status, headers, body, scope, receive, send)
-            return
+        headers, own = got
         query = scope.get("query_string", b"").decode("latin-1")
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
-        own = json.loads(body)
         path: str = scope["path"]
         if path == "/resource_classes":
             lists, missing = await subtree.registry_names(tree, path, version)
@@ -486,9 +492,10 @@ class ProvidersBelow:
                         version))
                 missing += [m for m in lacking if m not in missing]
                 q = urlencode([*rest, ("associated", "true")]).encode()
-                got, _, here = await _capture(self.app, {**scope, "query_string": q}, _no_body)
+                said, _, here = await _capture(self.app, {**scope, "query_string": q},
+                                               _no_body)
                 taken = {n for names in used for n in names}
-                if got == 200:
+                if said == 200:
                     taken.update(json.loads(here)["traits"])
                 names = ({*own["traits"], *(n for names in every for n in names)}) - taken
             else:
