@@ -52,7 +52,7 @@ from strato.zone import split, subtree, writes
 from strato.zone.transport import Reply
 
 _ITEM = re.compile(r"^/resource_providers/([0-9a-fA-F-]{32,36})"
-                   r"(?:/(?:inventories(?:/[^/]{1,255})?|traits|aggregates|usages|"
+                   r"(?:/(?:inventories(?:/[A-Za-z0-9_]{1,255})?|traits|aggregates|usages|"
                    r"allocations))?$")
 # Strato's own metadata of a provider (location, tags) follows its provider.
 _UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
