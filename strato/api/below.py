@@ -262,14 +262,10 @@ class ProvidersBelow:
         if not await tree.children():
             await self.app(scope, receive, send)
             return
-        rid = scope.get(REQUEST_ID_KEY)
-        rid = rid if isinstance(rid, str) else None
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
-        try:
-            deps.authorize(Request(scope), "placement:resource_providers:create")
-            raw = await _read(receive)
-        except errors.StratoError as exc:
-            await strato_error_response(exc, rid)(scope, receive, send)
+        rid, raw = await _authorized_body(scope, receive, send,
+                                          "placement:resource_providers:create")
+        if raw is None:
             return
         try:
             body = _json_body(scope, raw)
@@ -312,15 +308,10 @@ class ProvidersBelow:
         if not await tree.children():
             await self.app(scope, receive, send)
             return
-        rid = scope.get(REQUEST_ID_KEY)
-        rid = rid if isinstance(rid, str) else None
         found = scope.get(microversion.SCOPE_KEY)
         v = found if isinstance(found, microversion.Version) else microversion.MIN_VERSION
-        try:
-            deps.authorize(Request(scope), "placement:reshaper:reshape")
-            raw = await _read(receive)
-        except errors.StratoError as exc:
-            await strato_error_response(exc, rid)(scope, receive, send)
+        rid, raw = await _authorized_body(scope, receive, send, "placement:reshaper:reshape")
+        if raw is None:
             return
         try:
             if v < microversion.V1_30:
@@ -897,6 +888,21 @@ async def _rewritten(headers: list[tuple[bytes, bytes]], content: bytes, missing
         out.append(_incomplete(missing))
     await send({"type": "http.response.start", "status": 200, "headers": out})
     await send({"type": "http.response.body", "body": content})
+
+
+async def _authorized_body(scope: Scope, receive: Receive, send: Send, action: str
+                           ) -> tuple[str | None, bytes | None]:
+    """The request id and the body of a write `action` allows its caller
+    (checked before anything is read or sent below); None for the body when
+    the caller was answered (403, 413)."""
+    rid = scope.get(REQUEST_ID_KEY)
+    rid = rid if isinstance(rid, str) else None
+    try:
+        deps.authorize(Request(scope), action)
+        return rid, await _read(receive)
+    except errors.StratoError as exc:
+        await strato_error_response(exc, rid)(scope, receive, send)
+        return rid, None
 
 
 def _incomplete(missing: list[str]) -> tuple[bytes, bytes]:
