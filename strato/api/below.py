@@ -376,7 +376,7 @@ class ProvidersBelow:
                                       f"{dict(looks)[key]} already exists.",
                                       errors.DUPLICATE_NAME)
         got = await asyncio.gather(*(subtree.list_providers(
-            self.state.tree, self.owners, urlencode({key: value}), version)
+            self.state.tree, self.owners, urlencode({key: value}), version, skip_loops=True)
             for key, value in looks))
         for (key, value), (found, missing) in zip(looks, got, strict=True):
             if any(str(p.get("uuid", "")).lower() != renamed for p in found):

@@ -177,7 +177,11 @@ async def _ask_all(tree: Tree, path: str, model: type[M], what: str,
             tree.health_of(c.name).failed(f"faulty: {exc.reason}", faulty=True)
             missing.append(Missing(c.name, f"{c.name}: faulty"))
             continue
-        missing += [Missing(n, f"{n}: not asked by {c.name}") for n in below(c, reply)]
+        for n in below(c, reply):
+            # A path that comes back to a zone on it went round a cycle.
+            parts = [tree.config.name, *n.split("/")]
+            missing.append(Missing(n, f"{n}: not asked by {c.name}",
+                                   loop=len(set(parts)) < len(parts)))
     return answers, missing
 
 
@@ -343,14 +347,16 @@ class _Listing(protocol._Message):
     resource_providers: list[dict[str, Any]] = Field(max_length=protocol.MAX_COUNT)
 
 
-async def list_providers(tree: Tree, owners: Owners, query: str, version: str
-                         ) -> tuple[list[dict[str, Any]], list[str]]:
+async def list_providers(tree: Tree, owners: Owners, query: str, version: str, *,
+                         skip_loops: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
     """Every child's `GET /resource_providers?query` at the client's `version`:
-    (their providers, the children that could not say)."""
+    (their providers, the children that could not say; `skip_loops`: not
+    those that could not because the tree has a cycle through them, whose
+    zones are counted along another path)."""
     path = "/resource_providers" + (f"?{query}" if query else "")
     answers, missing = await _ask_all(tree, path, _Listing, "provider listing", version)
     out: list[dict[str, Any]] = []
-    names = [m.child for m in missing]
+    names = [m.child for m in missing if not (skip_loops and m.loop)]
     listed: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for c, listing in answers:
         try:

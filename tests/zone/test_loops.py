@@ -121,7 +121,9 @@ def test_calls_to_children_carry_the_path_so_far(tmp_path: Path) -> None:
 
 
 async def _host(c: Any, name: str, vcpu: int = 8) -> None:
-    rp = (await c.post("/resource_providers", json={"name": name})).json()
+    made = await c.post("/resource_providers", json={"name": name})
+    assert made.status_code in (200, 201), made.text
+    rp = made.json()
     r = await c.put(f"/resource_providers/{rp['uuid']}/inventories", json={
         "resource_provider_generation": 0, "inventories": {"VCPU": {"total": vcpu}}})
     assert r.status_code == 200, r.text
