@@ -141,7 +141,7 @@ def test_connection_close_and_unframed_bodies() -> None:
         c = wire.WireClient()
         try:
             for _ in range(2):  # a new connection each time
-                status, body = await c.request(url, "GET", "/", {}, None, timeout=2,
+                status, body, _ = await c.request(url, "GET", "/", {}, None, timeout=2,
                                                connect_timeout=1)
                 assert (status, body) == (200, b"[1, 2]")
             assert not any(c._idle.values())
