@@ -31,6 +31,7 @@ import asyncio
 import json
 import re
 import uuid as uuidlib
+from collections.abc import Collection
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -507,25 +508,29 @@ class ProvidersBelow:
             await _replay(status, headers, body, scope, receive, send)
             return
         query = scope.get("query_string", b"").decode("latin-1")
-        limit = None
-        for k, v in parse_qsl(query):
-            if k == "limit" and v.isascii() and v.isdigit():
-                limit = capped_int(v)
+        # The first `limit` counts, as at the route (and in Placement).
+        first = next((v for k, v in parse_qsl(query) if k == "limit"), None)
+        limit = capped_int(first) if first and first.isascii() and first.isdigit() else None
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         own = json.loads(body)
         tree = self.state.tree
         scorer = self.state.engine.scorer
 
-        async def pools(classes: dict[str, int]) -> list[tuple[str, tuple[str, ...]]]:
-            found: list[tuple[str, tuple[str, ...]]] = await run_in_threadpool(
-                tree.local.shared_pools, classes, 1)
+        async def pools(classes: dict[str, int]) -> list[subtree.Pool]:
+            found: list[subtree.Pool] = await run_in_threadpool(
+                tree.local.sharing_pools, classes, 1)
+            return found
+
+        async def pooled_here(classes: Collection[str]) -> set[str]:
+            found: set[str] = await run_in_threadpool(tree.local.pooled_classes, classes)
             return found
 
         async def own_ask(q: str) -> dict[str, Any] | None:
             status, _, answer = await _capture(self.app, {**scope, "query_string": q.encode()},
                                                _no_body)
             return json.loads(answer) if status == 200 else None
-        extra, lacking = await subtree.pooled(tree, query, version, scorer, pools, own_ask)
+        extra, lacking = await subtree.pooled(tree, query, version, scorer, pools, pooled_here,
+                                              own_ask)
         merged, missing = await subtree.candidates(tree, own, query, version, limit, scorer,
                                                    extra)
         missing += [m for m in dict.fromkeys(lacking) if m not in missing]

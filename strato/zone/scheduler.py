@@ -404,6 +404,25 @@ class LocalScheduler:
                      ) -> list[tuple[str, tuple[str, ...]]]:
         """Sharing providers here that can give every consumer `classes`, best first
         (most free room first): (provider uuid, its aggregates)."""
+        return [(u, aggs) for u, aggs, _ in self.sharing_pools(classes, count)]
+
+    def pooled_classes(self, classes: Collection[str]) -> set[str]:
+        """Which of `classes` a live sharing provider here has (room or not)."""
+        with self.engine.fresh() as index:
+            n = index.size
+            sharing = index.live()[:n] & index.trait_mask("MISC_SHARES_VIA_AGGREGATE")[:n]
+            if not sharing.any():
+                return set()
+            out = set()
+            for rc in classes:
+                col = index.rc_columns(rc)
+                if col is not None and bool((sharing & col.has[:n]).any()):
+                    out.add(rc)
+            return out
+
+    def sharing_pools(self, classes: dict[str, int], count: int
+                      ) -> list[tuple[str, tuple[str, ...], frozenset[str]]]:
+        """shared_pools(), each with its traits too."""
         with self.engine.fresh() as index:
             n = index.size
             ok = index.live()[:n] & index.trait_mask("MISC_SHARES_VIA_AGGREGATE")[:n]
@@ -419,7 +438,8 @@ class LocalScheduler:
                 room = np.minimum(room, free / np.maximum(col.capacity[:n], 1))
             rows = [int(p) for p in np.flatnonzero(ok)]
             rows.sort(key=lambda p: (-float(room[p]), index.uuids[p]))
-            return [(index.uuids[p], tuple(sorted(index.aggregates[p]))) for p in rows]
+            return [(index.uuids[p], tuple(sorted(index.aggregates[p])), index.traits[p])
+                    for p in rows]
 
     def hold_shared(self, consumers: list[str], provider: str, classes: dict[str, int],
                     req: ScheduleRequest, ttl: float, request_id: str,

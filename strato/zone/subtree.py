@@ -38,7 +38,7 @@ import asyncio
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
@@ -567,21 +567,26 @@ async def candidates(tree: Tree, own: dict[str, Any], query: str, version: str,
 
 
 async def pooled(tree: Tree, query: str, version: str, scorer: Any,
-                 pools: Callable[[dict[str, int]], Awaitable[list[tuple[str, tuple[str, ...]]]]],
+                 pools: Callable[[dict[str, int]], Awaitable[list[Pool]]],
+                 pooled_here: Callable[[Collection[str]], Awaitable[set[str]]],
                  own_ask: Callable[[str], Awaitable[dict[str, Any] | None]]
                  ) -> tuple[list[Source], list[str]]:
-    """Candidates that take the classes no child has (e.g. DISK_GB) from a
-    sharing provider here (MISC_SHARES_VIA_AGGREGATE) and the rest from a
-    child's providers in that provider's aggregates, as Placement combines a
-    sharing provider with a compute node: (the sources to merge, the children
-    that could not say). A request of one unnamed group only. `member_of`,
-    `required` and `limit` go to the children with the rest of the request;
-    forbidden traits (`!TRAIT`) to the pool too (no provider of a candidate
-    may have one), required ones to the children only (a candidate whose
-    pool alone has one is not offered: fewer candidates, never a wrong one).
-    `pools(classes)`: this zone's sharing providers with room for `classes`,
-    best first, with their aggregates; `own_ask(query)`: this zone's own
-    candidates for a query (the pools', with their summaries in the client's
+    """Candidates that take some classes (e.g. DISK_GB) from a sharing
+    provider here (MISC_SHARES_VIA_AGGREGATE) and the rest from a child's
+    providers in that provider's aggregates, as Placement combines a sharing
+    provider with a compute node: (the sources to merge, the children that
+    could not say). A request of one unnamed group only. The pool takes the
+    classes no child has, and those a sharing provider here has (a compute
+    with disk of its own in the pool's aggregate is offered both ways, as
+    Placement does). `member_of` and `limit` go to the children with the rest
+    of the request; forbidden traits (`!TRAIT`) to the pool too (no provider
+    of a candidate may have one); a required trait the pool has is met by it
+    (the children are asked for the others), as any provider of a candidate
+    meets the unnamed group's traits in Placement. `pools(classes)`: this
+    zone's sharing providers with room for `classes`, best first, with their
+    aggregates and traits; `pooled_here(classes)`: which of `classes` a
+    sharing provider here has; `own_ask(query)`: this zone's own candidates
+    for a query (the pools', with their summaries in the client's
     microversion)."""
     parsed = _pool_query(query)
     major, _, minor = version.partition(".")
@@ -596,7 +601,10 @@ async def pooled(tree: Tree, query: str, version: str, scorer: Any,
         classes = (cached.body or {}).get("classes")
         if isinstance(classes, dict):
             offered.update(classes)
-    shared = {rc: n for rc, n in demand.items() if rc not in offered}
+    if len(demand) < 2:
+        return [], []  # a class from a pool, the rest from a child: two at least
+    here = await pooled_here(demand)
+    shared = {rc: n for rc, n in demand.items() if rc not in offered or rc in here}
     rest = {rc: n for rc, n in demand.items() if rc not in shared}
     if not shared or not rest:
         return [], []
@@ -604,7 +612,8 @@ async def pooled(tree: Tree, query: str, version: str, scorer: Any,
             if _child_bound(tree, c.name, rest, scorer) > NO_ROOM]
     if not kids:
         return [], []
-    chosen = [(p, aggs) for p, aggs in (await pools(shared)) if aggs][:MAX_POOLS]
+    chosen = [(p, aggs, traits) for p, aggs, traits in (await pools(shared))
+              if aggs][:MAX_POOLS]
     if not chosen:
         return [], []
     forbidden = [t for k, v in others if k == "required" and not v.startswith("in:")
@@ -614,13 +623,14 @@ async def pooled(tree: Tree, query: str, version: str, scorer: Any,
                                       else [])]))
     offers = {next(iter(_items(a)))[0] for a in (mine or {}).get("allocation_requests", [])
               if len({u for u, _, _ in _items(a)}) == 1}
-    chosen = [(p, aggs) for p, aggs in chosen if p in offers]
+    chosen = [c for c in chosen if c[0] in offers]
     summaries_here = (mine or {}).get("provider_summaries", {})
 
-    async def one(provider: str, aggs: tuple[str, ...]) -> tuple[list[Source], list[str]]:
+    async def one(provider: str, aggs: tuple[str, ...], traits: frozenset[str]
+                  ) -> tuple[list[Source], list[str]]:
         # member_of came with 1.21: children are asked at least at that, and
         # their answers put back in the client's shape.
-        q = urlencode([("resources", _amounts(rest)), *others,
+        q = urlencode([("resources", _amounts(rest)), *_unmet(others, traits),
                        ("member_of", "in:" + ",".join(aggs))])
         answers, lacking = await _ask_all(tree, f"/allocation_candidates?{q}", _Candidates,
                                           "allocation candidates",
@@ -647,7 +657,7 @@ async def pooled(tree: Tree, query: str, version: str, scorer: Any,
         return out, missing
     sources: list[Source] = []
     missing: list[str] = []
-    for got, lacking in await asyncio.gather(*(one(p, aggs) for p, aggs in chosen)):
+    for got, lacking in await asyncio.gather(*(one(*c) for c in chosen)):
         sources += got
         missing += [m for m in lacking if m not in missing]
     return sources, missing
@@ -655,6 +665,28 @@ async def pooled(tree: Tree, query: str, version: str, scorer: Any,
 
 MAX_POOLS = 3
 MANY_MEMBER_OF = (1, 24)
+# A sharing provider: (uuid, its aggregates, its traits).
+Pool = tuple[str, tuple[str, ...], frozenset[str]]
+
+
+def _unmet(others: Sequence[tuple[str, str]], traits: frozenset[str]
+           ) -> list[tuple[str, str]]:
+    """The parameters for the children of a candidate whose pool has
+    `traits`: a required trait the pool has is met (a `required=in:` list
+    too, when the pool has one of it); forbidden ones stay (no provider of a
+    candidate may have one)."""
+    out: list[tuple[str, str]] = []
+    for k, v in others:
+        if k != "required":
+            out.append((k, v))
+        elif v.startswith("in:"):
+            if not traits & set(v[3:].split(",")):
+                out.append((k, v))
+        else:
+            left = [t for t in v.split(",") if t.startswith("!") or t not in traits]
+            if left:
+                out.append((k, ",".join(left)))
+    return out
 
 
 MEMBER_OF = (1, 21)

@@ -1,0 +1,85 @@
+"""GET /allocation_candidates at a zone with a sharing pool and children
+(zone/subtree.pooled): the pool is combined with the children's computes in
+its aggregates as Placement combines a sharing provider with a compute node,
+also for a class some child has, and the pool's traits count for the
+unnamed group's `required`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from strato.zone.inprocess import InProcessTree
+from tests.zone.test_shared_pool import AGG, provider, run
+
+V = {"openstack-api-version": "placement 1.39"}
+
+
+def combos(body: dict[str, Any]) -> set[frozenset[str]]:
+    return {frozenset(a["allocations"]) for a in body["allocation_requests"]}
+
+
+async def names(tree: InProcessTree) -> dict[str, str]:
+    r = await tree.client("global").get("/resource_providers", headers=V)
+    return {p["name"]: p["uuid"] for p in r.json()["resource_providers"]}
+
+
+async def candidates(tree: InProcessTree, query: str) -> dict[str, Any]:
+    r = await tree.client("global").get(f"/allocation_candidates?{query}", headers=V)
+    assert r.status_code == 200, r.text
+    assert "x-strato-incomplete" not in r.headers
+    return dict(r.json())
+
+
+def test_a_compute_with_disk_of_its_own_is_offered_with_the_pool_too(tmp_path: Path
+                                                                      ) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        # One compute in the pool's aggregate has disk of its own: DISK_GB is
+        # then a class a child has, and was never taken from the pool.
+        await provider(tree.client("c1"), "c1-disk", {"VCPU": {"total": 8},
+                                                     "DISK_GB": {"total": 500}}, aggs=[AGG])
+        await tree.apps["global"].state.tree.refresh(fresh=True)
+        n = await names(tree)
+        body = await candidates(tree, "resources=VCPU:1,DISK_GB:10")
+        assert combos(body) == {
+            frozenset({n["c1-h0"], pool}), frozenset({n["c1-h1"], pool}),
+            frozenset({n["c1-disk"]}), frozenset({n["c1-disk"], pool})}
+        assert pool in body["provider_summaries"]
+        # c2's hosts are not in the pool's aggregate, nor is any with a
+        # member_of that leaves the pool's aggregate out.
+        assert all(n["c2-h0"] not in c and n["c2-h1"] not in c for c in combos(body))
+    run(tmp_path, scenario)
+
+
+def test_a_required_trait_of_the_pool_is_met_by_the_pool(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root = tree.client("global")
+        gen = (await root.get(f"/resource_providers/{pool}", headers=V)).json()["generation"]
+        r = await root.put(f"/resource_providers/{pool}/traits", headers=V, json={
+            "resource_provider_generation": gen,
+            "traits": ["MISC_SHARES_VIA_AGGREGATE", "STORAGE_DISK_SSD"]})
+        assert r.status_code == 200, r.text
+        for t in ("CUSTOM_NONE", "CUSTOM_OTHER"):  # traits no provider has
+            assert (await root.put(f"/traits/{t}", headers=V)).status_code == 201
+        n = await names(tree)
+        both = {frozenset({n["c1-h0"], pool}), frozenset({n["c1-h1"], pool})}
+        for q in ("required=STORAGE_DISK_SSD", "required=in:STORAGE_DISK_SSD,CUSTOM_NONE",
+                  "required=STORAGE_DISK_SSD,!CUSTOM_NONE", ""):
+            body = await candidates(tree, f"resources=VCPU:1,DISK_GB:10&{q}")
+            assert combos(body) == both, q
+        # A trait neither the pool nor a compute has; the pool's trait forbidden.
+        for q in ("required=STORAGE_DISK_SSD,CUSTOM_NONE", "required=!STORAGE_DISK_SSD",
+                  "required=in:CUSTOM_NONE,CUSTOM_OTHER"):
+            body = await candidates(tree, f"resources=VCPU:1,DISK_GB:10&{q}")
+            assert combos(body) == set(), q
+    run(tmp_path, scenario)
+
+
+def test_the_first_limit_counts_as_at_the_route(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        # Four hosts below (two a cell): Placement takes the first limit.
+        body = await candidates(tree, "resources=VCPU:1&limit=3&limit=1")
+        assert len(body["allocation_requests"]) == 3
+        body = await candidates(tree, "resources=VCPU:1&limit=1&limit=3")
+        assert len(body["allocation_requests"]) == 1
+    run(tmp_path, scenario)
