@@ -65,6 +65,7 @@ class Outcome(Enum):
     REGISTERED = "registered"
     REFUSED = "refused"  # asked again later
     REMOVED = "removed"  # an operator removed this zone: not asked again
+    INVALID = "invalid"  # this zone's registration is not one: not asked at all
 
 
 class ParentContact:
@@ -73,6 +74,9 @@ class ParentContact:
 
     def __init__(self) -> None:
         self.heard = time.monotonic()
+        # What the parent last said (/readyz shows it): "registering" until
+        # it answers, then an Outcome's value.
+        self.state = "registering"
 
     def hear(self) -> None:
         self.heard = time.monotonic()
@@ -108,7 +112,7 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
     except ValidationError as exc:
         # Every parent would refuse it: say why here, once, rather than retry.
         log.error("this zone cannot register with %s: %s", settings.parent_url, exc)
-        return Outcome.REMOVED
+        return Outcome.INVALID
     if rejoin:
         body["rejoin"] = True
     delay = 0.2
@@ -172,7 +176,8 @@ async def keep_registered(settings: Settings, transport: Transport, contact: Par
         outcome = await register_with_parent(settings, transport, identity=identity,
                                              max_delay=max_delay, rejoin=rejoin,
                                              refused_retry=refused_retry)
-        if outcome is Outcome.REMOVED:
+        contact.state = outcome.value
+        if outcome in (Outcome.REMOVED, Outcome.INVALID):
             return
         if outcome is Outcome.REFUSED:
             await asyncio.sleep(refused_retry)

@@ -177,3 +177,22 @@ def test_metrics_behind_their_own_token(tmp_path: Path) -> None:
     finally:
         db.dispose()
 
+
+
+def test_readyz_says_what_the_parent_last_said(sqlite_database: Database) -> None:
+    """Registering (the parent not reached yet) and registered are ready; a
+    refusal (a wrong token, a name taken) needs an operator: 503; a zone an
+    operator removed at the parent serves alone: ready."""
+    from strato.process import free_port
+    parent = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    app = create_app(Settings(db_url=sqlite_database.url, zone_name="dfw", parent_url=parent,
+                              advertise_url="http://127.0.0.1:1"), db=sqlite_database)
+    with TestClient(app) as c:
+        for state, code in (("registering", 200), ("registered", 200), ("refused", 503),
+                            ("removed", 200), ("invalid", 503)):
+            if state != "registering":
+                app.state.parent_contact.state = state
+            r = c.get("/readyz")
+            assert r.status_code == code, (state, r.text)
+            assert r.json()["checks"]["parent"] == {"ok": code == 200, "state": state,
+                                                    "url": parent}

@@ -75,8 +75,13 @@ def test_a_refusal_is_asked_again_until_the_parent_takes_the_zone() -> None:
     no = Reply(401, {"errors": [{"status": 401, "title": "Unauthorized", "detail": "no"}]})
     parent = Answers(no, no, Reply(201, {}))
     contact = ParentContact()
+    assert contact.state == "registering"
     _keep(parent, contact, 0.5, rejoin_after=60)
     assert parent.calls == 3 and not any("rejoin" in b for b in parent.bodies)
+    assert contact.state == "registered"  # (/readyz shows it)
+    parent = Answers(no)
+    _keep(parent, contact, 0.2, rejoin_after=60)
+    assert contact.state == "refused"
 
 
 def test_a_zone_the_parent_stops_calling_registers_again() -> None:
@@ -113,8 +118,9 @@ def test_a_zone_an_operator_removed_stays_out_until_restarted(caplog: Any) -> No
                                       "code": "strato.zone_removed",
                                       "detail": "zone 'dfw' was removed by an operator"}]})
     parent = Answers(Reply(201, {}), removed, Reply(201, {}))
-    _keep(parent, ParentContact(), 0.8)
-    assert parent.calls == 2
+    contact = ParentContact()
+    _keep(parent, contact, 0.8)
+    assert parent.calls == 2 and contact.state == "removed"
     assert "removed by an operator" in caplog.text
 
 

@@ -66,15 +66,13 @@ async def readyz(request: Request) -> Response:
                   "schema": {"ok": False, "error": "database not reachable"}}
     checks["index"] = {"ok": bool(state.engine.loaded),
                        "providers": int(state.engine.index.size)}
-    parent = getattr(state, "registration", None)
-    if state.settings.parent_url:
-        if parent is None or not parent.done():
-            checks["parent"] = {"ok": True, "state": "registering",
-                                "url": state.settings.parent_url}
-        else:
-            ok = not parent.cancelled() and parent.exception() is None and bool(parent.result())
-            checks["parent"] = {"ok": ok, "state": "registered" if ok else "refused",
-                                "url": state.settings.parent_url}
+    contact = getattr(state, "parent_contact", None)
+    if state.settings.parent_url and contact is not None:
+        # Refused (a wrong token, a name another zone holds) needs an
+        # operator; removed by one at the parent, this zone serves alone.
+        checks["parent"] = {"ok": contact.state not in ("refused", "invalid"),
+                            "state": contact.state,
+                            "url": state.settings.parent_url}
     ready = all(c["ok"] for c in checks.values())
     return json_response({"status": "ready" if ready else "not ready",
                           "zone": state.settings.zone_name, "checks": checks},
