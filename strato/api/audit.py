@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from strato.api import routename
 from strato.api.auth import CONTEXT_KEY, Context
 from strato.api.responses import REQUEST_ID_KEY, StatusOf
 
@@ -90,7 +91,7 @@ def line(scope: Scope, status: int, seconds: float, zone: str) -> str:
         "global_request_id": headers.get("x-openstack-request-id", "")[:64] or None,
         "method": scope["method"],
         "path": str(scope.get("path", ""))[:1024],
-        "route": getattr(scope.get("route"), "path", None),
+        "route": routename.template(scope),
         "user": ctx.user_id if isinstance(ctx, Context) else None,
         "project": ctx.project_id if isinstance(ctx, Context) else None,
         "roles": sorted(ctx.roles) if isinstance(ctx, Context) else [],

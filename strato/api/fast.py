@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from strato.api import deps
+from strato.api import deps, routename
 from strato.api.auth import CONTEXT_KEY, Context
 from strato.api.middleware import accepts_json, read_body, replay_body
 from strato.api.responses import REQUEST_ID_KEY, error_response
@@ -43,6 +43,8 @@ from strato.model.schedule import ScheduleRequest
 log = logging.getLogger("strato.api")
 PATH = "/strato/v1/schedule"
 CANDIDATES = "/allocation_candidates"
+SCHEDULE_ROUTE = routename.Named(PATH)
+CANDIDATES_ROUTE = routename.Named(CANDIDATES)
 
 
 class FastSchedule:
@@ -54,6 +56,7 @@ class FastSchedule:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
+        scope["route"] = SCHEDULE_ROUTE  # (the router's, for metrics and the audit log)
         body, cut = await read_body(receive)
         if cut is not None:
             await self.app(scope, replay_body(body, receive, cut), send)
@@ -93,6 +96,7 @@ class FastCandidates:
         if scope["type"] != "http" or scope["path"] != CANDIDATES or scope["method"] != "GET":
             await self.app(scope, receive, send)
             return
+        scope["route"] = CANDIDATES_ROUTE
         request = Request(scope, receive)
         if not accepts_json(request.headers.get("accept")):
             await self.app(scope, receive, send)  # the app's 406

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import strato
+from strato.api import routename
 from strato.api.responses import StatusOf
 from strato.model import errors
 from strato.observe import Observer
@@ -242,10 +243,4 @@ class HttpMetrics:
 
 def _route(scope: Scope) -> str:
     """The route's template (bounded label values), not the path."""
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    if isinstance(path, str):
-        return path
-    if scope.get("path") == "/strato/v1/schedule":
-        return "/strato/v1/schedule"  # the lean path (api/fast.py) skips the router
-    return "unmatched"
+    return routename.template(scope) or "unmatched"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from strato import trace
+from strato.api import routename
 from strato.api.responses import StatusOf
 
 
@@ -37,7 +38,7 @@ class TraceMiddleware:
                 await self.app(scope, receive, answered)
             finally:
                 status = answered.status
-                template = getattr(scope.get("route"), "path", None)
+                template = routename.template(scope)
                 if template:
                     span.update_name(f"{method} {template}")
                     span.set_attribute("http.route", template)

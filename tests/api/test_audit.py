@@ -56,7 +56,7 @@ def test_every_write_is_audited(tmp_path: Path) -> None:
     assert first["zone"] == "dfw" and first["user"] == "admin" and first["outcome"] == "done"
     assert str(first["request_id"]).startswith("req-")
     assert got[1]["route"] == "/resource_providers/{uuid}/inventories"
-    assert got[2]["path"] == "/strato/v1/schedule"
+    assert got[2]["path"] == got[2]["route"] == "/strato/v1/schedule"
     refused = got[3]
     assert (refused["user"], refused["project"], refused["roles"], refused["outcome"]) == (
         "bob", "proj1", ["reader"], "refused")

@@ -87,6 +87,13 @@ def test_metrics_move_with_requests(client: TestClient) -> None:
     client.get("/allocation_candidates?resources=VCPU:1&limit=1")
     text = client.get("/metrics").text
     assert value(text, "strato_allocation_candidates_returned_count") == 1
+    # The lean paths (api/fast.py) skip the router: their routes are named all the same.
+    for method, route in (("GET", "/allocation_candidates"), ("POST", "/strato/v1/schedule")):
+        assert value(text, "strato_http_requests_total", method=method, route=route,
+                     status="200") >= 1, route
+    client.get(f"/resource_providers/{rp}/nope")
+    assert value(client.get("/metrics").text, "strato_http_requests_total", method="GET",
+                 route="unmatched", status="404") == 1
     assert value(text, "strato_allocation_candidates_returned_bucket", le="0.0") == 0
     assert value(text, "strato_allocation_candidates_returned_bucket", le="1.0") == 1
 

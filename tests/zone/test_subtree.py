@@ -856,3 +856,21 @@ def test_renames_and_creates_at_the_root_are_unique_and_need_no_one_who_cannot_a
                            json={"name": "root-pool"}, headers=v)
         assert r.status_code in (404, 503), r.text
     run(tmp_path, scenario)
+
+
+def test_a_write_sent_below_is_counted_under_its_route(tmp_path: Path) -> None:
+    """The root answers it without its router (api/below.py): its metrics and
+    audit log still name the route, not "unmatched"."""
+    async def scenario(tree: InProcessTree) -> None:
+        from tests.api.test_health import value
+        root = tree.client("global")
+        h = {V: "placement 1.39"}
+        rps = (await root.get("/resource_providers", headers=h)).json()["resource_providers"]
+        below = next(p for p in rps if p["name"].startswith("dfw"))
+        r = await root.put(f"/resource_providers/{below['uuid']}/traits", headers=h, json={
+            "traits": ["CUSTOM_AUDITED"], "resource_provider_generation": below["generation"]})
+        assert r.status_code in (200, 400), r.text
+        text = (await root.get("/metrics")).text
+        assert value(text, "strato_http_requests_total", method="PUT",
+                     route="/resource_providers/{uuid}/traits", status=str(r.status_code)) == 1
+    run(tmp_path, scenario)
