@@ -130,3 +130,20 @@ def test_tag_filter_and_openapi(client: TestClient) -> None:
     assert {"MetaUpdate", "MetaView", "MetaList", "HeartbeatView"} <= set(
         spec["components"]["schemas"])
     assert "/strato/v1/providers/{uuid}/heartbeat" in spec["paths"]
+
+
+def test_a_zones_tag_is_every_providers(sqlite_database: Database) -> None:
+    """`strato serve --tag hipaa`: the scheduler's tag rules see it on every
+    provider of the zone, and so does the listing's filter."""
+    app = create_app(Settings(db_url=sqlite_database.url, zone_tags=("hipaa",)),
+                     db=sqlite_database, migrate=False)
+    with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as c:
+        a, b = _provider(c, "a"), _provider(c, "b")
+        c.put(f"/strato/v1/providers/{a}/meta", json={"location": None, "tags": ["gpu"]})
+        got = c.get("/strato/v1/providers?tag=hipaa").json()["providers"]
+        assert sorted(p["uuid"] for p in got) == sorted([a, b])
+        assert [p["uuid"] for p in c.get("/strato/v1/providers?tag=gpu").json()[
+            "providers"]] == [a]
+        assert c.get("/strato/v1/providers?tag=other").json()["providers"] == []
+        meta = c.get(f"/strato/v1/providers/{a}/meta").json()
+        assert meta["tags"] == ["gpu"] and meta["zone_tags"] == ["hipaa"]

@@ -6,6 +6,7 @@ models, so they appear in /openapi.json.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from fastapi import APIRouter, Depends, Query
@@ -38,7 +39,10 @@ class MetaView(BaseModel):
     root_provider_uuid: str
     location: str | None = Field(description="Effective: own location, else the root's.")
     own_location: str | None
-    tags: list[str]
+    tags: list[str] = Field(description="The provider's own tags.")
+    zone_tags: list[str] = Field(
+        default_factory=list, description="The zone's tags (strato serve --tag), which "
+        "every provider of the zone has too: the scheduler's tag rules see both.")
     heartbeat: bool = Field(description="Subject to heartbeats.")
     last_report_at: str | None = Field(description="ISO 8601 UTC; null: never reported.")
     seconds_since_report: float | None
@@ -71,12 +75,14 @@ def _window(request: Request) -> float:
     return float(getattr(request.app.state.settings, "stale_after", store.DEFAULT_STALE_AFTER))
 
 
-def _view(m: store.Meta, now: datetime, window: float) -> MetaView:
+def _view(m: store.Meta, now: datetime, window: float,
+          zone_tags: Sequence[str] = ()) -> MetaView:
     stale, silent_for = m.stale_age(now, window)
     age = m.age(now)
     return MetaView(
         uuid=m.uuid, name=m.name, root_provider_uuid=m.root_uuid, location=m.location,
-        own_location=m.own_location, tags=list(m.tags), heartbeat=m.heartbeat,
+        own_location=m.own_location, tags=list(m.tags), zone_tags=list(zone_tags),
+        heartbeat=m.heartbeat,
         last_report_at=_iso(m.last_report_at),
         seconds_since_report=None if age is None else round(age, 3), stale=stale,
         stale_reason=store.stale_reason(silent_for) if stale else None,
@@ -88,7 +94,7 @@ def get_provider_meta(request: Request, uuid: str) -> MetaView:
     deps.require_admin(request, "strato:providers:meta:show")
     with deps.db(request).read() as conn:
         m = store.get_meta(conn, uuid)
-    return _view(m, store.now_utc(), _window(request))
+    return _view(m, store.now_utc(), _window(request), _zone_tags(request))
 
 
 @router.put("/{uuid}/meta", response_model=MetaView,
@@ -99,7 +105,7 @@ def update_provider_meta(request: Request, uuid: str, body: MetaUpdate) -> MetaV
         m = store.set_meta(conn, uuid, location=body.location, tags=body.tags,
                            heartbeat=body.heartbeat,
                            within=request.app.state.settings.location_prefix)
-    return _view(m, store.now_utc(), _window(request))
+    return _view(m, store.now_utc(), _window(request), _zone_tags(request))
 
 
 @router.get("", response_model=MetaList)
@@ -110,9 +116,17 @@ def list_providers_meta(
 ) -> MetaList:
     deps.require_admin(request, "strato:providers:list")
     window, now = _window(request), store.now_utc()
+    zone_tags = _zone_tags(request)
     with deps.db(request).read() as conn:
-        found = store.list_meta(conn, now=now, window=window, stale=stale, tag=tag)
-    return MetaList(stale_after=window, providers=[_view(m, now, window) for m in found])
+        # A zone's tag is every provider's here, as the scheduler sees it.
+        found = store.list_meta(conn, now=now, window=window, stale=stale,
+                                tag=None if tag in zone_tags else tag)
+    return MetaList(stale_after=window,
+                    providers=[_view(m, now, window, zone_tags) for m in found])
+
+
+def _zone_tags(request: Request) -> list[str]:
+    return sorted(request.app.state.settings.zone_tags)
 
 
 
