@@ -442,7 +442,8 @@ def serve(
         None, envvar="STRATO_LINK_TOKEN",
         help="The token this zone gives its parent to call it with, in place of "
         "--auth-token: placements, claims, cancels of the parent's own requests, "
-        "summaries and the Placement calls it routes below; not this zone's children."),
+        "summaries and the Placement calls it routes below; it may list this zone's "
+        "children, not change them."),
     keystone_url: str = typer.Option(
         None, envvar="STRATO_KEYSTONE_URL",
         help="Validate X-Auth-Token with this Keystone (e.g. http://keystone:5000/v3), "
