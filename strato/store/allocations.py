@@ -68,6 +68,8 @@ class ConsumerClaim:
     # The request (as this zone's ledger knows it) that makes this new
     # consumer; "" for any other write (see `placed_by`).
     placed_by: str = ""
+    # A new consumer that gets allocations in a zone below too (consumers.spans_below).
+    spans_below: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +355,8 @@ def _write_consumers(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim]
         if have is None:
             row = {"uuid": c.consumer_uuid, "generation": 1, "created_at": now,
                    "placed_by": c.placed_by, **values}
+            if c.spans_below:
+                row["spans_below"] = True
             insert = (f"INSERT INTO consumers ({', '.join(row)}) "
                       f"VALUES ({marks(len(row))})")
             if raw.sqlite:

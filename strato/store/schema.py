@@ -132,6 +132,10 @@ consumers = sa.Table(
     # recorded. A late cancel of that request undoes the consumer only while
     # it is still the one the request made.
     sa.Column("placed_by", sa.String(255), nullable=True),
+    # Strato, at a zone with children: the consumer has allocations in a zone
+    # below too (this zone's sharing pool and a cell's host, made as one), so
+    # this zone's usages count it once.
+    sa.Column("spans_below", sa.Boolean, nullable=True),
 )
 
 allocations = sa.Table(

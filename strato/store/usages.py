@@ -33,6 +33,8 @@ class TypeUsage:
 
     resources: dict[str, int]
     consumer_count: int
+    # Of consumer_count: those with allocations in a zone below too (counted there).
+    spanning: int = 0
 
 
 def provider_usages(conn: Connection, provider_id: int) -> dict[str, int]:
@@ -112,14 +114,17 @@ def usages_by_consumer_type(
     ).all()
     # Counted separately: a consumer of several classes is still one consumer.
     counts = conn.execute(
-        sa.select(*keys, sa.func.count(sa.distinct(consumers.c.id)))
+        sa.select(*keys, sa.func.count(sa.distinct(consumers.c.id)),
+                  sa.func.count(sa.distinct(sa.case(
+                      (consumers.c.spans_below.is_(True), consumers.c.id)))))
         .select_from(join).where(where).group_by(*keys)
     ).all()
     fixed = ALL_CONSUMER_TYPES if not keys else None
-    count_of = {fixed or r[0]: int(r[-1]) for r in counts}
+    count_of = {fixed or r[0]: (int(r[-2]), int(r[-1])) for r in counts}
     out: dict[str, TypeUsage] = {}
     for r in amounts:
         grp, rc, used = fixed or r[0], r[-2], r[-1]
-        entry = out.setdefault(grp, TypeUsage(resources={}, consumer_count=count_of[grp]))
+        entry = out.setdefault(grp, TypeUsage(resources={}, consumer_count=count_of[grp][0],
+                                              spanning=count_of[grp][1]))
         entry.resources[rc] = int(used)
     return out

@@ -449,7 +449,7 @@ class LocalScheduler:
         claims = [ConsumerClaim(consumer_uuid=c, allocations={provider: dict(classes)},
                                 project_id=req.project_id, user_id=req.user_id,
                                 consumer_type=req.consumer_type, generation=None,
-                                placed_by=request_id)
+                                placed_by=request_id, spans_below=True)
                   for c in consumers]
         with self.db.write() as conn:
             claim(conn, claims)
@@ -701,9 +701,12 @@ class LocalScheduler:
                 # domain no longer holds (the plan on a fresh view refuses).
                 raise _LostRace()
 
-    def claim_placements(self, body: dict[str, Any]) -> dict[str, Any]:
+    def claim_placements(self, body: dict[str, Any], spans_below: Collection[str] = ()
+                         ) -> dict[str, Any]:
         """Claim exactly the given placements (a parent zone chose them): all or
-        nothing. With a `request_id`, a repeat answers as the first did."""
+        nothing. With a `request_id`, a repeat answers as the first did.
+        `spans_below`: consumers this zone's own write gives allocations in a
+        zone below too (api/below.py's writes across zones)."""
         check_claim(body)
         request_id = body.get("request_id")
         claims = [ConsumerClaim(
@@ -711,7 +714,7 @@ class LocalScheduler:
             allocations={rp: dict(a["resources"]) for rp, a in p["allocations"].items()},
             project_id=body["project_id"], user_id=body["user_id"],
             consumer_type=body.get("consumer_type"), generation=None,
-            placed_by=request_id or "")
+            placed_by=request_id or "", spans_below=p["consumer_uuid"] in spans_below)
             for p in body["placements"]]
         with self.db.write() as conn:
             if body.get("deadline") is not None and time.time() > float(body["deadline"]):

@@ -36,7 +36,7 @@ import asyncio
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -125,9 +125,10 @@ async def write(tree: ZoneTree, claims: Sequence[store.ConsumerClaim],
     # writes of the same consumers meet at the same first zone, where one
     # waits for or loses to the other, so one of them is made (asked all at
     # once, each could hold a part the other needs and both be refused).
+    spans = {c for p in parts if p.zone != LOCAL for c in p.consumers}
     try:
         for part in parts:
-            await _hold(tree, kids, part)
+            await _hold(tree, kids, part, spans)
     except BaseException as exc:
         await asyncio.shield(tree.give_up(attempt))
         if isinstance(exc, _Refused):
@@ -173,11 +174,13 @@ async def _refuse_existing(tree: ZoneTree, claims: Sequence[store.ConsumerClaim]
                 errors.CONCURRENT_UPDATE)
 
 
-async def _hold(tree: ZoneTree, kids: Mapping[str, Any], part: _Part) -> None:
-    """Claim one zone's part, held; raises _Refused with the answer to give."""
+async def _hold(tree: ZoneTree, kids: Mapping[str, Any], part: _Part,
+                spans: Collection[str] = ()) -> None:
+    """Claim one zone's part, held; raises _Refused with the answer to give.
+    `spans`: the consumers with a part below too (counted there)."""
     if part.zone == LOCAL:
         try:
-            await run_in_threadpool(tree.local.claim_placements, part.body)
+            await run_in_threadpool(tree.local.claim_placements, part.body, spans)
         except errors.StratoError as exc:
             raise _Refused(exc) from None
         return

@@ -366,3 +366,31 @@ def test_pool_candidates_honour_forbidden_traits_and_survive_a_lying_cell(
         assert r.json()["allocation_requests"] == []
         assert "c1" in r.headers["x-strato-incomplete"]
     run(tmp_path, scenario)
+
+
+def test_a_consumer_across_zones_counts_once_in_the_roots_usages(tmp_path: Path) -> None:
+    """A disk on the root's pool and a host in c1, made by a write across zones
+    or by a schedule call the root splits: one consumer in /usages at the root
+    (Nova's unified limits count instances with it), the amounts of both."""
+    from tests.zone.test_shared_pool import body
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root = tree.client("global")
+        h = await host(tree, "c1-h0")
+        r = await write(root, uuid.uuid4(), {h: {"VCPU": 1}, pool: {"DISK_GB": 10}})
+        assert r.status_code == 204, r.text
+        r = await root.post("/strato/v1/schedule", json=body(2, disk=20))
+        assert r.status_code == 200, r.text
+        assert {p["zone"] for p in r.json()["placements"]} == {"global/c1"}, r.json()
+        # (one local-only consumer at the root: its own pool only)
+        r = await root.put(f"/allocations/{uuid.uuid4()}", headers=H, json=claim(
+            {pool: {"DISK_GB": 1}}))
+        assert r.status_code == 204, r.text
+        usages = (await root.get("/usages?project_id=p", headers=H)).json()["usages"]
+        assert usages["INSTANCE"] == {"VCPU": 1, "DISK_GB": 11, "consumer_count": 2}
+        assert usages["unknown"]["consumer_count"] == 2
+        assert usages["unknown"]["DISK_GB"] == 40
+        # Each zone by itself counts its own part.
+        c1 = (await tree.client("c1").get("/usages?project_id=p", headers=H)).json()
+        assert c1["usages"]["INSTANCE"]["consumer_count"] == 1
+        assert c1["usages"]["unknown"]["consumer_count"] == 2
+    run(tmp_path, scenario)

@@ -84,11 +84,14 @@ async def get_total_usages(request: Request) -> Response:
     user_id = _id_param(request, "user_id", required=False)
     consumer_type = _consumer_type_param(request) if by_type else None
 
+    spanning: dict[str, int] = {}
+
     def read() -> dict[str, Any]:
         with deps.db(request).read() as conn:
             if by_type:
                 grouped = store.usages_by_consumer_type(conn, project_id, user_id,
                                                         consumer_type)
+                spanning.update((t, u.spanning) for t, u in grouped.items())
                 return {"usages": {t: {**u.resources, "consumer_count": u.consumer_count}
                                    for t, u in grouped.items()}}
             return {"usages": store.project_usages(conn, project_id, user_id)}
@@ -105,6 +108,12 @@ async def get_total_usages(request: Request) -> Response:
                    if request.headers.get(protocol.PATH_HEADER) else frozenset())
         below = await subtree.usages(tree, params, counted)
         body = _add_usages(body, below, by_type)
+        for ctype, n in spanning.items():
+            # A consumer with a part here (a disk on this zone's pool) and
+            # one below (its host) is one consumer: counted below.
+            entry = body["usages"].get(ctype)
+            if n and isinstance(entry, dict):
+                entry["consumer_count"] = max(0, entry["consumer_count"] - n)
     return json_response(body, headers=_headers(v))
 
 
