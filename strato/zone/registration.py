@@ -59,6 +59,8 @@ REJOIN_AFTER_S = 60.0
 # A parent's refusal (a wrong token, a name taken, a prefix outside the
 # parent's) is asked again this often: its operator may fix it.
 REFUSED_RETRY_S = 60.0
+# A parent that does not answer is asked again after 0.2 s, doubling up to this.
+UNREACHABLE_MAX_S = 5.0
 
 
 class Outcome(Enum):
@@ -116,6 +118,9 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
     if rejoin:
         body["rejoin"] = True
     delay = 0.2
+    # A parent that does not answer (restarting) is asked again within
+    # seconds of its return, not a doubled wait later.
+    cap = min(max_delay, UNREACHABLE_MAX_S)
     failed = False
     while True:
         try:
@@ -137,7 +142,7 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
                 log.error("parent %s refused this zone: it is below this zone already (a "
                           "cycle); retrying in %.0fs, in case that was a summary from before "
                           "a change: %s", settings.parent_url, max_delay, _detail(reply.body))
-                delay = max_delay
+                delay = cap = max_delay
             elif (reply.status == 400 and "rejoin" in body
                   and "rejoin" in _detail(reply.body)):
                 # A parent of an earlier version, which knows no `rejoin`:
@@ -159,7 +164,7 @@ async def register_with_parent(settings: Settings, transport: Transport, *,
                             "Strato zone?); retrying in %.1fs", settings.parent_url,
                             reply.status, _detail(reply.body), delay)
         await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
-        delay = min(max_delay, delay * 2)
+        delay = min(cap, delay * 2)
 
 
 async def keep_registered(settings: Settings, transport: Transport, contact: ParentContact,

@@ -182,3 +182,28 @@ def test_a_removal_refuses_the_rejoin_of_the_zone_removed_only(tmp_path: Any) ->
         r = await root.post("/strato/v1/children", json=reg(a, False))
         assert r.status_code == 201, r.text
     run(tmp_path, scenario)
+
+
+def test_a_parent_that_does_not_answer_is_asked_again_within_seconds(monkeypatch: Any
+                                                                     ) -> None:
+    """A parent restarting (slowly, on a loaded machine) is asked again within
+    a few seconds of its return: the wait doubles up to 5 s, not 30."""
+    from strato.zone import registration
+    from strato.zone.transport import Unreachable
+    waits: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    class Down(Answers):
+        async def call(self, url: str, method: str, path: str, **kw: Any) -> Reply:
+            self.calls += 1
+            if self.calls <= 10:
+                raise Unreachable(url, "connection refused")
+            return Reply(201, {})
+    monkeypatch.setattr(registration.asyncio, "sleep", no_wait)
+    parent = Down()
+    assert asyncio.run(register_with_parent(SETTINGS, parent)  # type: ignore[arg-type]
+                       ) is Outcome.REGISTERED
+    assert parent.calls == 11 and len(waits) == 10
+    assert max(waits) <= 5.0 * 1.2 and waits[-1] >= 5.0 * 0.8
