@@ -522,7 +522,11 @@ class ProvidersBelow:
             return found
 
         async def pooled_here(classes: Collection[str]) -> set[str]:
-            found: set[str] = await run_in_threadpool(tree.local.pooled_classes, classes)
+            # On the loop when nothing changed since it was last asked (most
+            # requests: a thread hop each cost the root 8 clients' throughput).
+            found = tree.local.pooled_classes_nowait(classes)
+            if found is None:
+                found = await run_in_threadpool(tree.local.pooled_classes, classes)
             return found
 
         async def own_ask(q: str) -> dict[str, Any] | None:

@@ -289,6 +289,8 @@ class LocalScheduler:
         # The last summary() and what it was computed from: (the store's change
         # sequence, the stale set object, the summary). See summary_now().
         self._summary_kept: tuple[int, object, dict[str, Any]] | None = None
+        # The classes this zone's sharing providers have, at a store sequence.
+        self._pooled: tuple[int, frozenset[str]] | None = None
 
     # -- entry point -----------------------------------------------------------
 
@@ -409,16 +411,25 @@ class LocalScheduler:
     def pooled_classes(self, classes: Collection[str]) -> set[str]:
         """Which of `classes` a live sharing provider here has (room or not)."""
         with self.engine.fresh() as index:
+            seq = index.seq
             n = index.size
             sharing = index.live()[:n] & index.trait_mask("MISC_SHARES_VIA_AGGREGATE")[:n]
-            if not sharing.any():
-                return set()
-            out = set()
-            for rc in classes:
-                col = index.rc_columns(rc)
-                if col is not None and bool((sharing & col.has[:n]).any()):
-                    out.add(rc)
-            return out
+            have: set[str] = set()
+            if sharing.any():
+                for rc in list(index.rc):
+                    col = index.rc_columns(rc)
+                    if col is not None and bool((sharing & col.has[:n]).any()):
+                        have.add(rc)
+        self._pooled = (seq, frozenset(have))
+        return have & set(classes)
+
+    def pooled_classes_nowait(self, classes: Collection[str]) -> set[str] | None:
+        """pooled_classes() for an event loop: None unless the last answer is
+        still the store's (no change since) and that costs no wait."""
+        kept = self._pooled
+        if kept is None or self.engine.store_seq_nowait() != kept[0]:
+            return None
+        return set(kept[1] & set(classes))
 
     def sharing_pools(self, classes: dict[str, int], count: int
                       ) -> list[tuple[str, tuple[str, ...], frozenset[str]]]:

@@ -48,6 +48,16 @@ def test_a_compute_with_disk_of_its_own_is_offered_with_the_pool_too(tmp_path: P
         # c2's hosts are not in the pool's aggregate, nor is any with a
         # member_of that leaves the pool's aggregate out.
         assert all(n["c2-h0"] not in c and n["c2-h1"] not in c for c in combos(body))
+        # Which classes the pools here have is kept until the store changes
+        # (then asked again, off the event loop).
+        local = tree.apps["global"].state.tree.local
+        assert local.pooled_classes_nowait(["VCPU", "DISK_GB"]) == {"DISK_GB"}
+        await tree.client("global").put("/resource_classes/CUSTOM_GPU", headers=V)
+        await provider(tree.client("global"), "gpu-pool", {"CUSTOM_GPU": {"total": 4}},
+                       traits=["MISC_SHARES_VIA_AGGREGATE"], aggs=[AGG])
+        assert local.pooled_classes_nowait(["DISK_GB"]) is None
+        assert local.pooled_classes(["DISK_GB", "CUSTOM_GPU", "VCPU"]) == {"DISK_GB",
+                                                                          "CUSTOM_GPU"}
     run(tmp_path, scenario)
 
 
