@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import uuid as uuidlib
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import httpx
 import typer
@@ -34,34 +34,73 @@ err = consoles.console(stderr=True)
 # 1.39 is the newest the engine implements and what Nova uses.
 MICROVERSION = "placement 1.39"
 _TRAIT = re.compile(r"^[A-Z0-9_]{1,255}$")
+T = TypeVar("T")
+
+STALE = typer.Option(False, "--stale", help="Only stale providers (silent agents).")
+TAG = typer.Option(None, "--tag", help="Only providers with this tag.")
+# Options of `strato providers` that only `list` takes (--url, --token and
+# --json given before any subcommand apply to it: _inherit).
+LIST_OPTIONS = ("stale", "tag")
+
 
 @providers_app.callback()
 def providers(
-    ctx: typer.Context,
-    zone_url: str = typer.Option("http://127.0.0.1:8780", "--zone-url", "--url",
-                                 envvar=["STRATO_ZONE_URL", "STRATO_URL"],
-                                 help="The zone server."),
-    token: str = typer.Option("admin", envvar="STRATO_AUTH_TOKEN", help="X-Auth-Token."),
-    stale: bool = typer.Option(False, "--stale", help="Only stale providers (silent agents)."),
-    tag: str = typer.Option(None, help="Only providers with this tag."),
-    as_json: bool = typer.Option(False, "--json", help="Print the API's JSON answer."),
+    ctx: typer.Context, url: str = URL, token: str = TOKEN, stale: bool = STALE,
+    tag: str = TAG, as_json: bool = JSON,
 ) -> None:
     """List providers with their location, tags and last report; --stale for silent ones.
 
-    Subcommands add, set and delete change one provider."""
+    Subcommands add, set and delete change one provider. Options given before
+    a subcommand apply to it (strato providers --url URL list); the
+    subcommand's own win."""
     if ctx.invoked_subcommand is None:
-        _list(zone_url, token, stale, tag, as_json)
+        _list(url, token, stale, tag, as_json)
+    elif ctx.invoked_subcommand != "list":
+        for name in LIST_OPTIONS:
+            if _given(ctx, name):
+                flag = "--" + name
+                err.print(f"[red]{flag} is an option of listing[/], not of "
+                          f"{ctx.invoked_subcommand} (strato providers {flag} or "
+                          f"strato providers list {flag})", soft_wrap=True)
+                raise typer.Exit(2)
+
+
+class _Options(Protocol):
+    """A command's context, as far as reading its options goes (Typer's
+    Context, and the vendored Click's its parent is)."""
+
+    params: dict[str, Any]
+
+    def get_parameter_source(self, name: str) -> Any: ...
+
+
+def _given(ctx: _Options, name: str) -> bool:
+    """`name` was given on the command line (not taken from the environment or
+    its default). By the source's name: Typer vendors its own Click."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _inherit(ctx: typer.Context, name: str, value: T) -> T:
+    """A subcommand's option `name`: its own when given on the command line,
+    else the one given to `strato providers` before it, else its own (from
+    the environment or its default)."""
+    group = ctx.parent
+    if not _given(ctx, name) and group is not None and _given(group, name):
+        inherited: T = group.params[name]
+        return inherited
+    return value
 
 
 @providers_app.command("list", short_help="List providers: location, tags, last report.")
 def list_providers(
-    url: str = URL, token: str = TOKEN,
-    stale: bool = typer.Option(False, "--stale", help="Only stale providers (silent agents)."),
-    tag: str = typer.Option(None, help="Only providers with this tag."),
-    as_json: bool = JSON,
+    ctx: typer.Context, url: str = URL, token: str = TOKEN, stale: bool = STALE,
+    tag: str = TAG, as_json: bool = JSON,
 ) -> None:
     """List providers with their location, tags and last report; --stale for silent ones."""
-    _list(url, token, stale, tag, as_json)
+    _list(_inherit(ctx, "url", url), _inherit(ctx, "token", token),
+          _inherit(ctx, "stale", stale), _inherit(ctx, "tag", tag),
+          _inherit(ctx, "as_json", as_json))
 
 
 def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool) -> None:
@@ -299,7 +338,8 @@ RATIO = typer.Option(None, "--ratio", help="CLASS=ALLOCATION_RATIO, e.g. VCPU=4.
 
 
 @providers_app.command("add")
-def add(name: str = typer.Argument(..., help="The provider's name (unique in the zone)."),
+def add(ctx: typer.Context,
+        name: str = typer.Argument(..., help="The provider's name (unique in the zone)."),
         resource: list[str] = RESOURCE, reserved: list[str] = RESERVED,
         ratio: list[str] = RATIO,
         trait: list[str] = typer.Option(None, "--trait", help="A trait (repeatable)."),
@@ -311,6 +351,8 @@ def add(name: str = typer.Argument(..., help="The provider's name (unique in the
     """Create a provider with its inventory, traits, location and tags.
 
     All or nothing: if a later step is refused the new provider is deleted."""
+    url, token = _inherit(ctx, "url", url), _inherit(ctx, "token", token)
+    as_json = _inherit(ctx, "as_json", as_json)
     changes = _inventory_changes(resource, reserved, ratio)
     if any("total" not in c for c in changes.values()):
         missing = sorted(rc for rc, c in changes.items() if "total" not in c)
@@ -344,7 +386,7 @@ def add(name: str = typer.Argument(..., help="The provider's name (unique in the
 
 
 @providers_app.command("set")
-def set_(provider: str = typer.Argument(..., help="Name or UUID."),
+def set_(ctx: typer.Context, provider: str = typer.Argument(..., help="Name or UUID."),
          resource: list[str] = RESOURCE, reserved: list[str] = RESERVED,
          ratio: list[str] = RATIO,
          remove_resource: list[str] = typer.Option(
@@ -364,6 +406,8 @@ def set_(provider: str = typer.Argument(..., help="Name or UUID."),
 
     Inventory and traits are read, changed and written with the provider's
     generation; a concurrent change is retried (a few times) on fresh state."""
+    url, token = _inherit(ctx, "url", url), _inherit(ctx, "token", token)
+    as_json = _inherit(ctx, "as_json", as_json)
     changes = _inventory_changes(resource, reserved, ratio)
     drop = _classes("--remove-resource", remove_resource)
     add_traits = _traits("--trait", trait)
@@ -413,9 +457,10 @@ def set_(provider: str = typer.Argument(..., help="Name or UUID."),
 
 
 @providers_app.command("delete", short_help="Delete a provider (409 while it is in use).")
-def delete(provider: str = typer.Argument(..., help="Name or UUID."),
+def delete(ctx: typer.Context, provider: str = typer.Argument(..., help="Name or UUID."),
            url: str = URL, token: str = TOKEN) -> None:
     """Delete a provider (refused with 409 while it has allocations or children)."""
+    url, token = _inherit(ctx, "url", url), _inherit(ctx, "token", token)
     z = _Zone(url, token)
     rp = z.find(provider)
     z.call("DELETE", f"/resource_providers/{rp['uuid']}")

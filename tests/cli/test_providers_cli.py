@@ -167,3 +167,28 @@ def test_a_bad_location_or_tag_is_refused_before_anything_is_sent() -> None:
         r = strato("providers", *args, "--url", url)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert needle in r.stderr and "could not be reached" not in r.stderr, r.stderr
+
+
+LISTING = {"providers": [], "stale_after": 90}
+
+
+def test_options_before_a_subcommand_apply_to_it() -> None:
+    """`strato providers --url U --stale list` as docs/agent.md writes it: the
+    group's options are not dropped; the subcommand's own win."""
+    from tests.cli.stub import Canned, Stub
+    from tests.cli.test_schedule_cli import invoke
+
+    with Stub({"GET /strato/v1/providers": Canned.json(LISTING)}) as z, Stub() as other:
+        r = invoke("providers", "--zone-url", z.url, "--stale", "--tag", "hipaa",
+                   "--token", "t0k", "list")
+        assert r.exit_code == 0, r.output
+        assert z.paths() == ["/strato/v1/providers?stale=true&tag=hipaa"]
+        assert z.seen[0].headers["x-auth-token"] == "t0k"
+        r = invoke("providers", "--url", other.url, "--json", "list", "--url", z.url)
+        assert r.exit_code == 0 and json.loads(r.output) == LISTING, r.output
+        assert other.seen == [] and len(z.seen) == 2
+        r = invoke("providers", "--url", z.url, "delete", "h1")
+        assert r.exit_code == 1, r.output  # the stub knows no provider h1
+        assert z.seen[-1].path == "/resource_providers?name=h1"
+        r = invoke("providers", "--stale", "add", "h1", "--url", z.url)
+        assert r.exit_code == 2 and "--stale is an option of listing" in r.output, r.output
