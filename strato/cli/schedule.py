@@ -97,6 +97,28 @@ def _csv(values: Sequence[str]) -> list[str]:
     return [v.strip() for text in values for v in text.split(",") if v.strip()]
 
 
+def _traits(values: Sequence[str]) -> list[str]:
+    """--required items, comma separated, but for `in:A,B` (any of A and B),
+    which runs to the end of its flag, as in Placement's `required=in:A,B`:
+    'X,in:A,B' is X and one of A and B."""
+    out: list[str] = []
+    for text in values:
+        items = [v.strip() for v in text.split(",")]
+        for i, item in enumerate(items):
+            if item.startswith("in:"):
+                out.append("in:" + ",".join(v for v in [item[3:].strip(), *items[i + 1:]] if v))
+                break
+            if item:
+                out.append(item)
+    return out
+
+
+def _aggregates(text: str) -> list[str]:
+    """One --member-of: any of its aggregates. Placement's query spelling
+    'in:A,B' says the same."""
+    return _csv([text.strip().removeprefix("in:")])
+
+
 def load_file(path: Path) -> dict[str, Any]:
     """A request body from JSON or YAML (YAML is a superset, but JSON errors read better)."""
     try:
@@ -177,11 +199,11 @@ def build_request(inp: Inputs) -> dict[str, Any]:
             raise InputError("--required, --member-of and --in-tree need --resources "
                              "(or groups in the file)")
         if inp.required:
-            first["required"] = [*first.get("required", []), *_csv(inp.required)]
+            first["required"] = [*first.get("required", []), *_traits(inp.required)]
         if inp.member_of:
             # Each --member-of is one "any of" list; repeat it for "all of".
             first["member_of"] = [*first.get("member_of", []),
-                                  *[_csv([m]) for m in inp.member_of]]
+                                  *[_aggregates(m) for m in inp.member_of]]
         if inp.in_tree:
             first["in_tree"] = inp.in_tree
     if "groups" not in body and inp.file:
@@ -431,9 +453,10 @@ PROJECT = typer.Option(None, "--project-id", help="Default: $STRATO_PROJECT_ID o
 USER = typer.Option(None, "--user-id", help="Default: $STRATO_USER_ID or 'strato-cli'.")
 CTYPE = typer.Option(None, "--consumer-type", help="e.g. INSTANCE.")
 REQUIRED = typer.Option([], "--required", help="Traits for the first group, comma "
-                        "separated; '!TRAIT' forbids; 'in:A,B' needs any of them.")
-MEMBER_OF = typer.Option([], "--member-of", help="Aggregates, comma separated (any of); "
-                         "repeat for all of.")
+                        "separated; '!TRAIT' forbids; 'in:A,B' needs any of them (to the "
+                        "end of the flag: 'X,in:A,B' is X and A or B).")
+MEMBER_OF = typer.Option([], "--member-of", help="Aggregates, comma separated (any of; "
+                         "'in:A,B' too); repeat for all of.")
 IN_TREE = typer.Option(None, "--in-tree", help="Provider uuid whose tree to use.")
 POLICY = typer.Option(None, "--group-policy", help="none or isolate (several groups).")
 GROUP = typer.Option(None, "--group", "-g", help="Server group the consumers join; "

@@ -118,6 +118,24 @@ def test_flags_become_the_request_body() -> None:
         "dry_run": True, "explain": True}
 
 
+def test_an_in_list_of_traits_is_kept_whole() -> None:
+    """'in:A,B' is any of A and B: not split into 'in:A' and B (all of them)."""
+    body = build_request(Inputs(resources=["VCPU=1"], member_of=["in:a1,a2", "a3"],
+                                required=["in:HW_A,HW_B", "HW_C,in:HW_D, HW_E", "!HW_F,HW_G"]))
+    assert body["groups"] == [{"resources": {"VCPU": 1},
+                               "required": ["in:HW_A,HW_B", "HW_C", "in:HW_D,HW_E", "!HW_F",
+                                            "HW_G"],
+                               "member_of": [["a1", "a2"], ["a3"]]}]
+
+
+def test_required_any_of_places_on_a_host_with_one_of_them(
+        in_process: TestClient, racks: dict[str, str]) -> None:
+    result = invoke("explain", "-r", "VCPU=1", "--required",
+                    "in:HW_CPU_X86_AVX2,HW_CPU_X86_SSE42", "--json")
+    assert result.exit_code == 0, result.output
+    assert [p["provider"] for p in json.loads(result.output)["placements"]] == [racks["b"]]
+
+
 def test_resources_take_equals_or_colon() -> None:
     body = build_request(Inputs(resources=["VCPU=2,MEMORY_MB:4096", "disk_gb=10"],
                                 class_weight=["VCPU:2", "MEMORY_MB=0.5"]))
