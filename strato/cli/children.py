@@ -9,6 +9,7 @@ with an error (its detail printed); 3 the zone could not be reached.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import typer
@@ -97,7 +98,7 @@ def add_child(name: str = typer.Argument(..., help="The child zone's name."),
 def remove_child(name: str = typer.Argument(..., help="The child zone's name."),
                  url: str = URL, token: str = TOKEN) -> None:
     """Take a child zone out of the tree (its own data stays where it is)."""
-    r = _call("DELETE", url, f"/strato/v1/children/{name}", token)
+    r = _call("DELETE", url, f"/strato/v1/children/{quote(name, safe='')}", token)
     if r.status_code != 204:
         _failed(r)
     consoles.console().print(f"removed child {name}")

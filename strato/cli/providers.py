@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import uuid as uuidlib
 from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
 import httpx
 import typer
@@ -175,7 +176,7 @@ class _Zone:
     def find(self, ident: str) -> dict[str, Any]:
         """A provider by UUID or by name."""
         if _is_uuid(ident):
-            return self.call("GET", f"/resource_providers/{ident}").json()
+            return self.call("GET", f"/resource_providers/{quote(ident, safe='')}").json()
         try:
             r = self.client.get("/resource_providers", params={"name": ident})
         except httpx.HTTPError as exc:
@@ -296,10 +297,10 @@ def _ensure_custom(z: _Zone, classes: list[str], traits: list[str]) -> None:
     """Custom classes and traits exist before they are used (PUT is idempotent)."""
     for rc in classes:
         if rc.startswith("CUSTOM_"):
-            z.call("PUT", f"/resource_classes/{rc}")
+            z.call("PUT", f"/resource_classes/{quote(rc, safe='')}")
     for t in traits:
         if t.startswith("CUSTOM_"):
-            z.call("PUT", f"/traits/{t}")
+            z.call("PUT", f"/traits/{quote(t, safe='')}")
 
 
 def _check_meta(location: str | None, tags: list[str] | None) -> None:

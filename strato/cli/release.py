@@ -10,6 +10,7 @@ reached (503 or no connection): retry.
 from __future__ import annotations
 
 import uuid
+from urllib.parse import quote
 
 import httpx
 import typer
@@ -45,7 +46,7 @@ def release(consumers: list[str] = typer.Argument(..., help="Consumer UUIDs."),
     with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
         for c in consumers:
             try:
-                r = client.delete(f"/allocations/{c}")
+                r = client.delete(f"/allocations/{quote(c, safe='')}")
             except httpx.HTTPError as exc:
                 err.print(f"[red]{hints.unreachable(url, exc)}[/]", soft_wrap=True)
                 raise typer.Exit(3) from None

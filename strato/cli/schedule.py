@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import typer
@@ -369,7 +370,7 @@ def host_names(c: httpx.Client, answer: dict[str, Any]) -> dict[str, str]:
     names: dict[str, str] = {}
     for rp in sorted(uuids):
         try:
-            r = c.get(f"/resource_providers/{rp}")
+            r = c.get(f"/resource_providers/{quote(rp, safe='')}")
         except httpx.HTTPError:
             return names
         if r.status_code == 200:

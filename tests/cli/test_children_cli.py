@@ -44,3 +44,20 @@ def test_children_by_hand(tmp_path: Path) -> None:
         assert '"children": []' in r.stdout, r.stdout
     r = strato("children", "list", "--url", "http://127.0.0.1:1")
     assert r.returncode == 3 and "could not be reached" in r.stderr
+
+
+def test_a_name_is_one_path_segment() -> None:
+    """`remove 'zz#other'` asks to remove zz#other, not zz (the '#' would end the
+    path); a '/' or '?' in a name does not reach another route either."""
+    from tests.cli.stub import Canned, Stub
+    from tests.cli.test_schedule_cli import invoke
+
+    with Stub(default=Canned(204)) as z:
+        for name in ("zz#other", "a/b", "q?x=1"):
+            r = invoke("children", "remove", name, "--url", z.url)
+            assert r.exit_code == 0, r.output
+        r = invoke("release", "00000000-0000-4000-8000-000000000001", "--url", z.url)
+        assert r.exit_code == 0, r.output
+    assert z.paths() == ["/strato/v1/children/zz%23other", "/strato/v1/children/a%2Fb",
+                         "/strato/v1/children/q%3Fx%3D1",
+                         "/allocations/00000000-0000-4000-8000-000000000001"]
