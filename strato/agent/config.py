@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from strato.model.amounts import AmountError, parse_amounts
 from strato.model.location import LocationError, canonical_location, canonical_tags
@@ -53,6 +54,14 @@ class AgentConfig:
         """This config with location and tags canonical; ConfigError on anything wrong."""
         if not self.zone_url.startswith(("http://", "https://")):
             raise ConfigError(f"zone_url must be an http(s) URL, got {self.zone_url!r}")
+        try:
+            parts = urlsplit(self.zone_url)
+            parts.port  # noqa: B018 (read for its check: a port that is not a number)
+        except ValueError as exc:
+            raise ConfigError(f"zone_url {self.zone_url!r} is not a URL: {exc}") from None
+        if not parts.hostname or parts.query or parts.fragment:
+            raise ConfigError(f"zone_url {self.zone_url!r} must be http(s)://host[:port]"
+                              "[/path], with no query or fragment")
         try:
             location = canonical_location(self.location)
             tags = None if self.tags is None else tuple(canonical_tags(self.tags))

@@ -3,7 +3,8 @@
 A child registers itself (`strato serve --parent URL`); these commands are
 for a child that cannot (another organisation's zone, a zone behind a proxy)
 and for taking one out of the tree. Exit codes: 0 done; 1 the zone answered
-with an error (its detail printed); 3 the zone could not be reached.
+with an error (its detail printed), or not as a Strato zone; 2 bad input (a
+--url it cannot use); 3 the zone could not be reached.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from strato.cli import consoles, hints
+from strato.cli import consoles, hints, wire
 from strato.cli.schedule import JSON, TOKEN, URL
 
 children_app = typer.Typer(help="A zone's child zones: list, add, remove.",
@@ -25,12 +26,9 @@ err = consoles.console(stderr=True)
 
 
 def _call(method: str, url: str, path: str, token: str, body: Any = None) -> httpx.Response:
-    try:
+    with wire.talking_to(url):
         return httpx.request(method, url.rstrip("/") + path, json=body, timeout=30,
                              headers={"x-auth-token": token})
-    except httpx.HTTPError as exc:
-        err.print(f"[red]{hints.unreachable(url, exc)}[/]", soft_wrap=True)
-        raise typer.Exit(3) from None
 
 
 def _failed(r: httpx.Response) -> None:
@@ -49,19 +47,20 @@ def list_children(url: str = URL, token: str = TOKEN, as_json: bool = JSON) -> N
     r = _call("GET", url, "/strato/v1/children", token)
     if r.status_code != 200:
         _failed(r)
-    kids = r.json()["children"]
-    if as_json:
-        consoles.console().print_json(data=r.json())
-        return
-    t = Table(title=f"children of {url}")
-    for col in ("name", "url", "location", "tags", "health", "in doubt"):
-        t.add_column(col, overflow="fold")
-    for k in kids:
-        h = k.get("health") or {}
-        state = "[green]healthy[/]" if h.get("healthy") else \
-            f"[red]down[/] {escape(str(h.get('last_error') or '')[:60])}"
-        t.add_row(escape(k["name"]), k["url"], k.get("location_prefix") or "",
-                  ", ".join(k.get("tags") or []), state, str(k.get("in_doubt", 0)))
+    with wire.talking_to(url):
+        answer = wire.answer(r, "children")
+        if as_json:
+            consoles.console().print_json(data=answer)
+            return
+        t = Table(title=f"children of {url}")
+        for col in ("name", "url", "location", "tags", "health", "in doubt"):
+            t.add_column(col, overflow="fold")
+        for k in answer["children"]:
+            h = k.get("health") or {}
+            state = "[green]healthy[/]" if h.get("healthy") else \
+                f"[red]down[/] {escape(str(h.get('last_error') or '')[:60])}"
+            t.add_row(escape(k["name"]), k["url"], k.get("location_prefix") or "",
+                      ", ".join(k.get("tags") or []), state, str(k.get("in_doubt", 0)))
     consoles.console().print(t)
 
 
@@ -82,10 +81,13 @@ def add_child(name: str = typer.Argument(..., help="The child zone's name."),
     r = _call("POST", url, "/strato/v1/children", token, body)
     if r.status_code not in (200, 201):
         _failed(r)
+    with wire.talking_to(url):
+        # Said only when what answered is a zone that took the child.
+        health = wire.answer(r, "name", "url").get("health") or {}
+        healthy = health.get("healthy")
     consoles.console().print(f"{'added' if r.status_code == 201 else 'updated'} child {name} "
-                    f"({child_url})")
-    health = r.json().get("health") or {}
-    if health.get("healthy") is False:
+                             f"({child_url})")
+    if healthy is False:
         # Registered all the same (it may be starting): said, not refused.
         why = health.get("last_error") or "no answer"
         consoles.console(stderr=True).print(

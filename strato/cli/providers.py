@@ -7,7 +7,8 @@ location and tags), as an operator would for a host with no agent or a pool
 of a custom resource. At a zone with children a provider below is changed in
 the zone that owns it (the zone routes the calls). Exit codes: 0 done; 1 the
 zone answered with an error (its detail printed; 409 when the provider is in
-use or changed meanwhile); 2 bad input; 3 the zone could not be reached.
+use or changed meanwhile), or not as a Strato zone; 2 bad input (a --url it
+cannot use too); 3 the zone could not be reached.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from strato.cli import consoles, hints
+from strato.cli import consoles, hints, wire
 from strato.cli.schedule import JSON, TOKEN, URL
 from strato.model.amounts import AmountError, parse_amounts
 from strato.model.location import LocationError, canonical_location, canonical_tags
@@ -110,21 +111,19 @@ def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool
         params["stale"] = "true"
     if tag:
         params["tag"] = tag
-    try:
+    # Exit 3 when the zone cannot be reached, as add, set and delete (and the
+    # module's doc) say.
+    with wire.talking_to(zone_url):
         r = httpx.get(f"{zone_url.rstrip('/')}/strato/v1/providers", params=params,
                       headers={"x-auth-token": token}, timeout=30)
-    except httpx.HTTPError as exc:
-        # Exit 3, as add, set and delete (and the module's doc) say.
-        err.print(f"[red]{hints.unreachable(zone_url, exc)}[/]", soft_wrap=True)
-        raise typer.Exit(3) from None
-    if r.status_code != 200:
-        _failed(r)
-    body = r.json()
-    console = consoles.console()
-    if as_json:
-        console.print_json(data=body)
-        return
-    console.print(_table(body["providers"], body["stale_after"], stale))
+        if r.status_code != 200:
+            _failed(r)
+        body = wire.answer(r, "providers", "stale_after")
+        console = consoles.console()
+        if as_json:
+            console.print_json(data=body)
+            return
+        console.print(_table(body["providers"], body["stale_after"], stale))
 
 
 def _table(rows: list[dict[str, Any]], window: float, only_stale: bool) -> Table:
@@ -155,7 +154,9 @@ def _table(rows: list[dict[str, Any]], window: float, only_stale: bool) -> Table
 # --- add / set / delete ---------------------------------------------------------
 
 class _Zone:
-    """Calls to one zone; every failure ends the command with its exit code."""
+    """Calls to one zone; every failure ends the command with its exit code (for
+    a zone that cannot be reached, or an answer that is not a zone's, made
+    under wire.talking_to)."""
 
     def __init__(self, url: str, token: str) -> None:
         self.url = url
@@ -164,11 +165,7 @@ class _Zone:
 
     def call(self, method: str, path: str, body: Any = None,
              ok: tuple[int, ...] = (200, 201, 204)) -> httpx.Response:
-        try:
-            r = self.client.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            err.print(f"[red]{hints.unreachable(self.url, exc)}[/]", soft_wrap=True)
-            raise typer.Exit(3) from None
+        r = self.client.request(method, path, json=body)
         if r.status_code not in ok:
             _failed(r)
         return r
@@ -177,14 +174,10 @@ class _Zone:
         """A provider by UUID or by name."""
         if _is_uuid(ident):
             return self.call("GET", f"/resource_providers/{quote(ident, safe='')}").json()
-        try:
-            r = self.client.get("/resource_providers", params={"name": ident})
-        except httpx.HTTPError as exc:
-            err.print(f"[red]{hints.unreachable(self.url, exc)}[/]", soft_wrap=True)
-            raise typer.Exit(3) from None
+        r = self.client.get("/resource_providers", params={"name": ident})
         if r.status_code != 200:
             _failed(r)
-        rows = r.json()["resource_providers"]
+        rows = wire.answer(r, "resource_providers")["resource_providers"]
         if not rows:
             err.print(f"[red]no provider named {escape(repr(ident))}[/] at {self.url}",
                       soft_wrap=True)
@@ -362,28 +355,29 @@ def add(ctx: typer.Context,
     if uuid is not None and not _is_uuid(uuid):
         raise _bad("--uuid", uuid, "not a UUID")
     _check_meta(location, tag)
-    z = _Zone(url, token)
-    body: dict[str, Any] = {"name": name, "uuid": uuid or str(uuidlib.uuid4())}
-    if parent:
-        body["parent_provider_uuid"] = z.find(parent)["uuid"]
-    _ensure_custom(z, list(changes), traits)
-    rp = z.call("POST", "/resource_providers", body).json()
-    try:
-        gen = rp["generation"]
-        if changes:
-            gen = z.call("PUT", f"/resource_providers/{rp['uuid']}/inventories", {
-                "resource_provider_generation": gen, "inventories": changes,
-            }).json()["resource_provider_generation"]
-        if traits:
-            z.call("PUT", f"/resource_providers/{rp['uuid']}/traits", {
-                "resource_provider_generation": gen, "traits": traits})
-        _put_meta(z, rp["uuid"], location, tag or None)
-    except typer.Exit:
-        z.client.delete(f"/resource_providers/{rp['uuid']}")
-        err.print(f"[yellow]{escape(name)} was not added[/] (the half-made provider was "
-                  "deleted)")
-        raise
-    _show(z, rp["uuid"], as_json, f"added provider {name} {rp['uuid']}")
+    with wire.talking_to(url):
+        z = _Zone(url, token)
+        body: dict[str, Any] = {"name": name, "uuid": uuid or str(uuidlib.uuid4())}
+        if parent:
+            body["parent_provider_uuid"] = z.find(parent)["uuid"]
+        _ensure_custom(z, list(changes), traits)
+        rp = z.call("POST", "/resource_providers", body).json()
+        try:
+            gen = rp["generation"]
+            if changes:
+                gen = z.call("PUT", f"/resource_providers/{rp['uuid']}/inventories", {
+                    "resource_provider_generation": gen, "inventories": changes,
+                }).json()["resource_provider_generation"]
+            if traits:
+                z.call("PUT", f"/resource_providers/{rp['uuid']}/traits", {
+                    "resource_provider_generation": gen, "traits": traits})
+            _put_meta(z, rp["uuid"], location, tag or None)
+        except typer.Exit:
+            z.client.delete(f"/resource_providers/{rp['uuid']}")
+            err.print(f"[yellow]{escape(name)} was not added[/] (the half-made provider was "
+                      "deleted)")
+            raise
+        _show(z, rp["uuid"], as_json, f"added provider {name} {rp['uuid']}")
 
 
 @providers_app.command("set")
@@ -417,44 +411,45 @@ def set_(ctx: typer.Context, provider: str = typer.Argument(..., help="Name or U
     if location is not None and no_location:
         raise _bad("--location", location, "give --location or --no-location, not both")
     _check_meta(location, tags)
-    z = _Zone(url, token)
-    rp = z.find(provider)
-    u = rp["uuid"]
-    if changes or drop:
-        # Refused before anything is written (the name included); checked
-        # again on every try below, on fresh state.
-        _inventory_plan(z.call("GET", f"/resource_providers/{u}/inventories").json()
-                        ["inventories"], changes, drop)
-    if rename and rename != rp["name"]:
-        z.call("PUT", f"/resource_providers/{u}", {
-            "name": rename, "parent_provider_uuid": rp.get("parent_provider_uuid")})
-    _ensure_custom(z, list(changes), add_traits)
-    for attempt in range(5):
-        if not (changes or drop):
-            break
-        cur = z.call("GET", f"/resource_providers/{u}/inventories").json()
-        inv = _inventory_plan(cur["inventories"], changes, drop)
-        r = z.call("PUT", f"/resource_providers/{u}/inventories", {
-            "resource_provider_generation": cur["resource_provider_generation"],
-            "inventories": inv}, ok=(200, 409))
-        if r.status_code == 200:
-            break
-        if _code(r) != "placement.concurrent_update" or attempt == 4:
-            _failed(r)
-    for attempt in range(5):
-        if not (add_traits or rm_traits):
-            break
-        cur = z.call("GET", f"/resource_providers/{u}/traits").json()
-        want = sorted((set(cur["traits"]) | set(add_traits)) - set(rm_traits))
-        r = z.call("PUT", f"/resource_providers/{u}/traits", {
-            "resource_provider_generation": cur["resource_provider_generation"],
-            "traits": want}, ok=(200, 409))
-        if r.status_code == 200:
-            break
-        if _code(r) != "placement.concurrent_update" or attempt == 4:
-            _failed(r)
-    _put_meta(z, u, location, tags if tag is not None else None, clear_location=no_location)
-    _show(z, u, as_json, f"changed provider {rename or rp['name']} {u}")
+    with wire.talking_to(url):
+        z = _Zone(url, token)
+        rp = z.find(provider)
+        u = rp["uuid"]
+        if changes or drop:
+            # Refused before anything is written (the name included); checked
+            # again on every try below, on fresh state.
+            _inventory_plan(z.call("GET", f"/resource_providers/{u}/inventories").json()
+                            ["inventories"], changes, drop)
+        if rename and rename != rp["name"]:
+            z.call("PUT", f"/resource_providers/{u}", {
+                "name": rename, "parent_provider_uuid": rp.get("parent_provider_uuid")})
+        _ensure_custom(z, list(changes), add_traits)
+        for attempt in range(5):
+            if not (changes or drop):
+                break
+            cur = z.call("GET", f"/resource_providers/{u}/inventories").json()
+            inv = _inventory_plan(cur["inventories"], changes, drop)
+            r = z.call("PUT", f"/resource_providers/{u}/inventories", {
+                "resource_provider_generation": cur["resource_provider_generation"],
+                "inventories": inv}, ok=(200, 409))
+            if r.status_code == 200:
+                break
+            if _code(r) != "placement.concurrent_update" or attempt == 4:
+                _failed(r)
+        for attempt in range(5):
+            if not (add_traits or rm_traits):
+                break
+            cur = z.call("GET", f"/resource_providers/{u}/traits").json()
+            want = sorted((set(cur["traits"]) | set(add_traits)) - set(rm_traits))
+            r = z.call("PUT", f"/resource_providers/{u}/traits", {
+                "resource_provider_generation": cur["resource_provider_generation"],
+                "traits": want}, ok=(200, 409))
+            if r.status_code == 200:
+                break
+            if _code(r) != "placement.concurrent_update" or attempt == 4:
+                _failed(r)
+        _put_meta(z, u, location, tags if tag is not None else None, clear_location=no_location)
+        _show(z, u, as_json, f"changed provider {rename or rp['name']} {u}")
 
 
 @providers_app.command("delete", short_help="Delete a provider (409 while it is in use).")
@@ -462,10 +457,11 @@ def delete(ctx: typer.Context, provider: str = typer.Argument(..., help="Name or
            url: str = URL, token: str = TOKEN) -> None:
     """Delete a provider (refused with 409 while it has allocations or children)."""
     url, token = _inherit(ctx, "url", url), _inherit(ctx, "token", token)
-    z = _Zone(url, token)
-    rp = z.find(provider)
-    z.call("DELETE", f"/resource_providers/{rp['uuid']}")
-    consoles.console().print(f"deleted provider {escape(rp['name'])} {rp['uuid']}")
+    with wire.talking_to(url):
+        z = _Zone(url, token)
+        rp = z.find(provider)
+        z.call("DELETE", f"/resource_providers/{rp['uuid']}")
+        consoles.console().print(f"deleted provider {escape(rp['name'])} {rp['uuid']}")
 
 
 def _code(r: httpx.Response) -> str | None:

@@ -16,7 +16,7 @@ import httpx
 import typer
 from rich.markup import escape
 
-from strato.cli import consoles, hints
+from strato.cli import consoles, hints, wire
 from strato.cli.schedule import TOKEN, URL
 
 console = consoles.console()
@@ -32,7 +32,9 @@ def _detail(r: httpx.Response) -> str:
 
 def release(consumers: list[str] = typer.Argument(..., help="Consumer UUIDs."),
             url: str = URL, token: str = TOKEN,
-            timeout: float = typer.Option(30.0, help="Seconds to wait for each answer.")
+            timeout: float = typer.Option(30.0, callback=wire.check_timeout,
+                                          help="Seconds to wait for each answer (more "
+                                               "than 0).")
             ) -> None:
     """Release consumers: delete their allocations wherever they are below this zone."""
     for c in consumers:
@@ -43,13 +45,10 @@ def release(consumers: list[str] = typer.Argument(..., help="Consumer UUIDs."),
             raise typer.Exit(2) from None
     code = 0
     headers = {"x-auth-token": token, "openstack-api-version": "placement 1.39"}
-    with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
+    with wire.talking_to(url), httpx.Client(base_url=url, headers=headers,
+                                            timeout=timeout) as client:
         for c in consumers:
-            try:
-                r = client.delete(f"/allocations/{quote(c, safe='')}")
-            except httpx.HTTPError as exc:
-                err.print(f"[red]{hints.unreachable(url, exc)}[/]", soft_wrap=True)
-                raise typer.Exit(3) from None
+            r = client.delete(f"/allocations/{quote(c, safe='')}")
             if r.status_code == 204:
                 console.print(f"released {c}")
             elif r.status_code == 404:

@@ -7,8 +7,9 @@ than this client); this module only turns flags into the wire format of
 
 Exit codes: 0 placed (or, for `explain`, would place); 1 nothing fits
 (`strato.no_valid_placement`) or another refusal; 2 the request is invalid
-(a 400, or flags/file this command cannot read); 3 the zone could not be
-reached (as every other command says it).
+(a 400, or flags/file this command cannot read, a --url or --timeout it
+cannot use); 3 the zone could not be reached (as every other command says it).
+What answers but not as a Strato zone is exit 1 (strato.cli.wire).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from strato.cli import consoles, hints
+from strato.cli import consoles, hints, wire
 from strato.model.amounts import AmountError, parse_amounts
 
 DEFAULT_URL = "http://127.0.0.1:8780"
@@ -374,7 +375,10 @@ def host_names(c: httpx.Client, answer: dict[str, Any]) -> dict[str, str]:
         except httpx.HTTPError:
             return names
         if r.status_code == 200:
-            names[rp] = str(r.json().get("name") or rp)
+            try:
+                names[rp] = str(r.json().get("name") or rp)
+            except (ValueError, AttributeError):
+                return names
     return names
 
 
@@ -398,21 +402,25 @@ def run(inp: Inputs, *, path: str, url: str, token: str | None, as_json: bool,
         err.print(f"[red]invalid request[/]: {escape(str(exc))}")
         return 2
     headers = {"x-auth-token": token} if token else {}
-    try:
+    # A zone that cannot be reached: exit 3; an answer that is not a zone's: 1.
+    with wire.talking_to(url):
         with client_factory(url.rstrip("/"), headers, timeout) as c:
             r = c.post(path, json=body)
             ok = r.status_code == 200
-            names = host_names(c, r.json()) if ok and not as_json else {}
-    except httpx.HTTPError as exc:
-        err.print(f"[red]{hints.unreachable(url, exc)}[/]", soft_wrap=True)
-        return 3
+            names = host_names(c, wire.answer(r, "placements")) if ok and not as_json else {}
+        return _report(r, as_json, out, err, names)
+
+
+def _report(r: httpx.Response, as_json: bool, out: Console, err: Console,
+            names: dict[str, str]) -> int:
+    """The answer printed; the exit code."""
     if as_json:
         try:
             out.print_json(data=r.json())
         except ValueError:
             out.print(r.text)
     if r.status_code == 200:
-        answer = r.json()
+        answer = wire.answer(r, "placements")
         if not as_json:
             print_answer(out, answer, names)
         # explain answers 200 even when nothing fits: that is still "no".
@@ -485,10 +493,11 @@ REQUEST_ID = typer.Option(None, "--request-id", help="Idempotency key: a repeat 
                           "the first answer and claims nothing.")
 # --zone-url and STRATO_ZONE_URL too: the names `strato agent` and `strato providers` take.
 URL = typer.Option(DEFAULT_URL, "--url", "--zone-url", envvar=["STRATO_URL", "STRATO_ZONE_URL"],
-                   help="The zone server.")
+                   callback=wire.check_url, help="The zone server.")
 TOKEN = typer.Option("admin", "--token", envvar="STRATO_AUTH_TOKEN", help="X-Auth-Token.")
 JSON = typer.Option(False, "--json", help="Print the server's JSON answer as is.")
-TIMEOUT = typer.Option(60.0, "--timeout", help="Seconds to wait for the answer.")
+TIMEOUT = typer.Option(60.0, "--timeout", callback=wire.check_timeout,
+                       help="Seconds to wait for the answer (more than 0).")
 
 
 def schedule(

@@ -21,11 +21,13 @@ import typer
 from rich.markup import escape
 from rich.tree import Tree
 
-from strato.cli import consoles, hints
+from strato.cli import consoles, hints, wire
 from strato.cli.schedule import TOKEN, URL
 
 console = consoles.console()
 BAR = 12
+# What a zone's summary has (strato.zone.protocol.Summary), as far as this reads it.
+SUMMARY = ("zone", "providers", "classes")
 
 
 def _bar(used: int, capacity: int) -> str:
@@ -44,11 +46,11 @@ def _classes(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def _get(client: httpx.Client, url: str, path: str) -> dict[str, Any]:
+def _get(client: httpx.Client, url: str, path: str, *keys: str) -> dict[str, Any]:
+    """The zone's answer, which has `keys` (wire.NotAZone otherwise)."""
     r = client.get(url.rstrip("/") + path)
     r.raise_for_status()
-    body: dict[str, Any] = r.json()
-    return body
+    return wire.answer(r, *keys)
 
 
 def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[str, Any],
@@ -57,9 +59,9 @@ def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[st
     is shown when this zone cannot be asked from here (its own token, an
     address only its parent can reach) while its parent says it is healthy."""
     try:
-        summary = _get(client, url, "/strato/v1/summary?fresh=true")
-        kids = _get(client, url, "/strato/v1/children")["children"]
-    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        summary = _get(client, url, "/strato/v1/summary?fresh=true", *SUMMARY)
+        kids = _get(client, url, "/strato/v1/children", "children")["children"]
+    except (httpx.HTTPError, httpx.InvalidURL, wire.NotAZone, KeyError) as exc:
         why = (hints.http_error(exc.response) if isinstance(exc, httpx.HTTPStatusError)
                else escape(str(exc)))
         if seen_above is not None and seen_above.get("summary"):
@@ -101,7 +103,7 @@ def render(url: str, token: str, *, depth: int = 8, timeout: float = 5.0
     headers = {"x-auth-token": token, "openstack-api-version": "placement 1.39"}
     state: dict[str, Any] = {"bad": False, "zones": []}
     with httpx.Client(headers=headers, timeout=timeout) as client:
-        top = _get(client, url, "/strato/v1/summary?fresh=true")
+        top = _get(client, url, "/strato/v1/summary?fresh=true", *SUMMARY)
         root = Tree(f"[bold]{escape(str(top.get('zone', url)))}[/] "
                     f"{top.get('location_prefix') or ''} "
                     f"({top.get('providers', 0):,} provider"
@@ -113,19 +115,19 @@ def render(url: str, token: str, *, depth: int = 8, timeout: float = 5.0
 def tree(url: str = URL, token: str = TOKEN,
          depth: int = typer.Option(8, min=1, help="How many levels below to ask."),
          as_json: bool = typer.Option(False, "--json", help="What each zone said, as JSON."),
-         timeout: float = typer.Option(5.0, help="Seconds to wait for each zone.")) -> None:
+         timeout: float = typer.Option(5.0, callback=wire.check_timeout,
+                                       help="Seconds to wait for each zone (more than 0).")
+         ) -> None:
     """The zone tree at a glance: capacity and use per class, health, requests in doubt."""
-    try:
-        root, state = render(url, token, depth=depth, timeout=timeout)
-    except httpx.HTTPStatusError as exc:
-        # It answered: a wrong token (401, 403) is not "could not be reached".
-        consoles.console(stderr=True).print(f"[red]{hints.http_error(exc.response)}[/]",
-                                            soft_wrap=True)
-        raise typer.Exit(1) from None
-    except (httpx.HTTPError, ValueError) as exc:
-        consoles.console(stderr=True).print(f"[red]{hints.unreachable(url, exc)}[/]",
-                                            soft_wrap=True)
-        raise typer.Exit(3) from None
+    # The first zone unreachable: exit 3; not answering as a zone: 1.
+    with wire.talking_to(url):
+        try:
+            root, state = render(url, token, depth=depth, timeout=timeout)
+        except httpx.HTTPStatusError as exc:
+            # It answered: a wrong token (401, 403) is not "could not be reached".
+            consoles.console(stderr=True).print(f"[red]{hints.http_error(exc.response)}[/]",
+                                                soft_wrap=True)
+            raise typer.Exit(1) from None
     if as_json:
         print(json.dumps(state["zones"], indent=2))
     else:

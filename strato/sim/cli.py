@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from strato.cli import consoles, hints
+from strato.cli import consoles, hints, wire
 
 if TYPE_CHECKING:
     from strato.sim.exact import SolveProgress
@@ -56,7 +56,7 @@ def sim(
     requests: float = typer.Option(1.0, help="Scale the number of requests."),
     db: str = typer.Option(None, help="An empty PostgreSQL database for the in-process "
                            "zone (default: SQLite in a temporary directory)."),
-    url: str = typer.Option(None, envvar="STRATO_URL",
+    url: str = typer.Option(None, envvar="STRATO_URL", callback=wire.check_url,
                             help="A running Strato server, for strato-live."),
     token: str = typer.Option("admin", envvar="STRATO_AUTH_TOKEN",
                               help="X-Auth-Token for --url."),

@@ -28,6 +28,8 @@ def test_toml_and_yaml_files_then_flags(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("overrides", [
     {"zone_url": "zone:8780"},
+    {"zone_url": "http://[::1"}, {"zone_url": "http://z:abc"}, {"zone_url": "http://z:99999"},
+    {"zone_url": "http://z:8780?x=1"}, {"zone_url": "http://"},
     {"location": "dfw/a.b"},
     {"tags": ["Bad"]},
     {"reserved": {"GPU": 1}},

@@ -1,6 +1,5 @@
 """A `--url` without its scheme (`127.0.0.1:8780`) is said as such, with the
-URL to write, by every command that talks to a zone (exit 3, as for a zone
-that cannot be reached)."""
+URL to write, by every command that talks to a zone (exit 2: bad input)."""
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ def test_unreachable_names_the_missing_scheme() -> None:
     ["release", "00000000-0000-4000-8000-000000000001"], ["children", "list"]])
 def test_every_command_says_the_url_needs_a_scheme(command: list[str]) -> None:
     result = invoke(*command, "--url", "127.0.0.1:1")
-    assert result.exit_code == 3, result.output
+    assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert "127.0.0.1:1 is not an http:// or https:// URL" in result.output, result.output
     assert "e.g. http://127.0.0.1:1" in result.output
@@ -40,5 +39,5 @@ def test_every_command_takes_the_zone_as_zone_url_too(command: list[str]) -> Non
     for args, env in (([*command, "--zone-url", "127.0.0.1:2"], {}),
                       (command, {"STRATO_ZONE_URL": "127.0.0.1:2"})):
         result = invoke(*args, env=env)
-        assert result.exit_code == 3, result.output
+        assert result.exit_code == 2, result.output
         assert "127.0.0.1:2 is not an http:// or https:// URL" in result.output, result.output

@@ -1,0 +1,58 @@
+"""Every command that talks to a zone says what went wrong in one line, with
+the exit code every command uses: 2 for a --url or --timeout it cannot use, 1
+for a server that does not answer as a Strato zone (a web page, JSON of
+another shape), never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli.stub import Canned, Stub
+from tests.cli.test_schedule_cli import invoke
+
+UUID = "00000000-0000-4000-8000-000000000001"
+COMMANDS = [["tree"], ["providers"], ["providers", "list"], ["providers", "delete", "h1"],
+            ["providers", "add", "h1", "-r", "VCPU=1"], ["schedule", "-r", "VCPU=1"],
+            ["explain", "-r", "VCPU=1"], ["release", UUID], ["children", "list"],
+            ["children", "add", "dfw", "http://127.0.0.1:1"], ["children", "remove", "dfw"]]
+
+
+@pytest.mark.parametrize("url, needle", [
+    ("http://[::1", "Invalid IPv6 URL"), ("http://127.0.0.1:abc", "Port could not be cast"),
+    ("http://127.0.0.1:99999", "out of range"), ("http://127.0.0.1:8780?x=1", "no query"),
+    ("http://127.0.0.1:8780/#x", "no query or fragment"),
+    ("ftp://127.0.0.1", "not an http:// or https:// URL")])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_url_that_cannot_be_a_zones_is_bad_input(command: list[str], url: str,
+                                                   needle: str) -> None:
+    result = invoke(*command, "--url", url)
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("command", [["schedule", "-r", "VCPU=1"], ["explain", "-r", "VCPU=1"],
+                                     ["release", UUID], ["tree"]])
+@pytest.mark.parametrize("seconds", ["-1", "0"])
+def test_a_timeout_is_more_than_0_seconds(command: list[str], seconds: str) -> None:
+    result = invoke(*command, "--timeout", seconds, "--url", "http://127.0.0.1:1")
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--timeout'" in result.output
+    assert "more than 0" in result.output, result.output
+
+
+HTML = Canned(200, b"<html><body>It works!</body></html>", {"content-type": "text/html"})
+
+
+@pytest.mark.parametrize("canned", [HTML, Canned.json({"hello": "world"}), Canned.json([1])],
+                         ids=["html", "other-json", "a-list"])
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c[0] != "release"  # 204s
+                                     and c[:2] != ["children", "remove"]])
+def test_a_server_that_is_not_a_zone_is_said_so(command: list[str], canned: Canned) -> None:
+    with Stub(default=canned) as web:
+        result = invoke(*command, "--url", web.url)
+    assert result.exit_code == 1, result.output
+    assert f"the server at {web.url} did not answer as a Strato zone" in result.output, \
+        result.output
+    assert "Traceback" not in result.output and "child dfw" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
