@@ -7,8 +7,10 @@ location and tags), as an operator would for a host with no agent or a pool
 of a custom resource. At a zone with children a provider below is changed in
 the zone that owns it (the zone routes the calls). Exit codes: 0 done; 1 the
 zone answered with an error (its detail printed; 409 when the provider is in
-use or changed meanwhile), or not as a Strato zone; 2 bad input (a --url it
-cannot use too); 3 the zone could not be reached.
+use or changed meanwhile), or not as a Strato zone, or the list is partial (a
+zone below could not be asked: named on stderr, and in --json's
+"incomplete"); 2 bad input (a --url it cannot use too); 3 the zone could not
+be reached.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ def providers(
     tag: str = TAG, as_json: bool = JSON,
 ) -> None:
     """List providers with their location, tags and last report; --stale for silent ones.
+
+    Exit 1 when the list is partial: a zone below could not be asked (named
+    on stderr; with --json, in "incomplete").
 
     Subcommands add, set and delete change one provider. Options given before
     a subcommand apply to it (strato providers --url URL list); the
@@ -99,7 +104,10 @@ def list_providers(
     ctx: typer.Context, url: str = URL, token: str = TOKEN, stale: bool = STALE,
     tag: str = TAG, as_json: bool = JSON,
 ) -> None:
-    """List providers with their location, tags and last report; --stale for silent ones."""
+    """List providers with their location, tags and last report; --stale for silent ones.
+
+    Exit 1 when the list is partial: a zone below could not be asked (named
+    on stderr; with --json, in "incomplete")."""
     _list(_inherit(ctx, "url", url), _inherit(ctx, "token", token),
           _inherit(ctx, "stale", stale), _inherit(ctx, "tag", tag),
           _inherit(ctx, "as_json", as_json))
@@ -119,11 +127,18 @@ def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool
         if r.status_code != 200:
             _failed(r)
         body = wire.answer(r, "providers", "stale_after")
+        missing = wire.incomplete(r)
         console = consoles.console()
         if as_json:
-            console.print_json(data=body)
-            return
-        console.print(_table(body["providers"], body["stale_after"], stale))
+            console.print_json(data={**body, "incomplete": missing} if missing else body)
+        else:
+            console.print(_table(body["providers"], body["stale_after"], stale))
+    if missing:
+        # As `strato tree` for a zone it could not ask: exit 1.
+        err.print(f"[yellow]warning: the list is partial[/]: zone(s) "
+                  f"{escape(', '.join(missing))} below {escape(zone_url)} could not be asked; "
+                  "their providers are not listed (exit 1)", soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def _table(rows: list[dict[str, Any]], window: float, only_stale: bool) -> Table:

@@ -28,6 +28,8 @@ UNREACHABLE = 3
 # How a bad URL's error names the option (Typer's own hint would print the
 # list of its environment variables as a Python list).
 URL_HINT = "--url"
+# A zone with children names there the zones whose part an answer lacks.
+INCOMPLETE = "x-strato-incomplete"
 
 
 class NotAZone(Exception):
@@ -77,6 +79,12 @@ def answer(r: httpx.Response, *keys: str) -> dict[str, Any]:
     if missing:
         raise NotAZone(f"HTTP {r.status_code} without {', '.join(map(repr, missing))}")
     return body
+
+
+def incomplete(r: httpx.Response) -> list[str]:
+    """The zones below that could not be asked for this answer (the
+    x-strato-incomplete header: the answer is partial), or []."""
+    return [z.strip() for z in r.headers.get(INCOMPLETE, "").split(",") if z.strip()]
 
 
 @contextmanager

@@ -192,3 +192,27 @@ def test_options_before_a_subcommand_apply_to_it() -> None:
         assert z.seen[-1].path == "/resource_providers?name=h1"
         r = invoke("providers", "--stale", "add", "h1", "--url", z.url)
         assert r.exit_code == 2 and "--stale is an option of listing" in r.output, r.output
+
+
+def test_a_partial_list_is_said_and_exits_1() -> None:
+    """A zone with children names in x-strato-incomplete the zones it could not
+    ask: their providers are missing, which the list says (exit 1, as `strato
+    tree` for a zone it could not ask), and --json carries it."""
+    from tests.cli.stub import Canned, Stub
+    from tests.cli.test_schedule_cli import invoke
+
+    partial = Canned.json(LISTING, headers={"x-strato-incomplete": "dfw, ord/ord-c1"})
+    with Stub({"GET /strato/v1/providers": partial}) as z:
+        for args in (["providers"], ["providers", "list"]):
+            r = invoke(*args, "--url", z.url)
+            assert r.exit_code == 1, r.output
+            assert "providers (stale after 90s)" in r.output
+            assert (f"warning: the list is partial: zone(s) dfw, ord/ord-c1 below {z.url} "
+                    "could not be asked") in r.output, r.output
+        r = invoke("providers", "--json", "--url", z.url)
+        assert r.exit_code == 1, r.output
+        assert json.loads(r.output.split("\nwarning")[0]) == {
+            **LISTING, "incomplete": ["dfw", "ord/ord-c1"]}
+    with Stub({"GET /strato/v1/providers": Canned.json(LISTING)}) as z:
+        r = invoke("providers", "--url", z.url)
+        assert r.exit_code == 0 and "partial" not in r.output, r.output
