@@ -223,12 +223,13 @@ def _owner_only(path: Path) -> None:
             pass  # not ours to change: the operator's choice
 
 
-def _prepare_database(url: str, create: bool) -> None:
-    """Migrate the schema; a database that cannot be used ends in one line
-    saying what to do (exit 1), not a traceback."""
+def _prepare_database(url: str, create: bool) -> str | None:
+    """Migrate the schema; the revision it had before (None: an empty
+    database). A database that cannot be used ends in one line saying what to
+    do (exit 1), not a traceback: `serve` and `db upgrade` alike."""
     import sqlalchemy as sa
 
-    from strato.store.migrate import upgrade
+    from strato.store.migrate import current_revision, upgrade
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         path = Path(url[len("sqlite:///"):]).expanduser().resolve()
         where = path.parent
@@ -240,6 +241,7 @@ def _prepare_database(url: str, create: bool) -> None:
     database = Database(url)
     try:
         try:
+            before = current_revision(database)
             upgrade(database)
         except sa.exc.OperationalError as exc:
             if url.startswith("postgresql") and _pg_missing(url):
@@ -252,6 +254,7 @@ def _prepare_database(url: str, create: bool) -> None:
                 _pg_create(url)
                 database.dispose()
                 database = Database(url)
+                before = None
                 upgrade(database)
                 console.print(f"created database {name!r}")
             else:
@@ -263,6 +266,7 @@ def _prepare_database(url: str, create: bool) -> None:
             raise typer.Exit(2) from None
     finally:
         database.dispose()
+    return before
 
 
 def _children_in(url: str) -> list[str]:
@@ -826,19 +830,21 @@ def _redact(url: str) -> str:
 def db_upgrade(
     db: str = typer.Option(None, help="Database URL (default: SQLite in the data directory)."),
     data_dir: str = typer.Option(None, help="Where the default SQLite file lives."),
+    create_db: bool = typer.Option(False, "--create-db", help="Create the PostgreSQL "
+                                   "database if it does not exist."),
 ) -> None:
-    """Create or upgrade the schema to the latest revision."""
-    from strato.store.migrate import current_revision, head_revision, upgrade
+    """Create or upgrade the schema to the latest revision.
+
+    Exit 1 when the database cannot be used (a directory that does not exist,
+    a server that does not answer), 2 for a --db that is not a database URL,
+    as strato serve."""
+    from strato.store.migrate import head_revision
 
     url = _db_url(db, data_dir)
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        # As `serve` makes it: the children's credentials live there.
-        _owner_only(Path(url[len("sqlite:///"):]).expanduser().resolve())
-    database = Database(url)
-    before = current_revision(database)
-    upgrade(database)
+    # As `serve` does it (its file readable by its owner only: the children's
+    # credentials live there).
+    before = _prepare_database(url, create_db)
     console.print(f"database {_redact(url)}: {before or 'empty'} -> {head_revision()}")
-    database.dispose()
 
 
 @app.command(short_help="A seven-zone tree on loopback: schedule a workload, show it.")

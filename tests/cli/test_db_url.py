@@ -40,6 +40,22 @@ def test_a_bad_db_url_is_one_line_and_exit_2(command: list[str], url: str,
     assert "development mode" not in result.output  # said before anything else
 
 
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["db", "upgrade"]])
+def test_a_database_that_cannot_be_used_is_one_line_and_exit_1(command: list[str],
+                                                                tmp_path: Path) -> None:
+    """`db upgrade` says it as `serve` does: a directory that is not there, a
+    PostgreSQL server that does not answer."""
+    from strato.process import free_port
+
+    for url, needle in ((f"sqlite:///{tmp_path}/no/such/dir/z.db", "does not exist"),
+                        (f"postgresql://nobody@127.0.0.1:{free_port()}/x",
+                         "cannot use the database")):
+        result = invoke(*command, "--db", url)
+        assert result.exit_code == 1, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert needle in result.output and "Traceback" not in result.output, result.output
+
+
 def test_a_relative_data_dir_is_said_as_an_absolute_path(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
