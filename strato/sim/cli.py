@@ -41,6 +41,14 @@ def _bars(enabled: bool) -> Iterator[Progress | None]:
         yield bars
 
 
+def _scale(value: float) -> float:
+    """A scale factor: a host count or a rate times 0 is no simulation."""
+    if not value > 0:
+        raise typer.BadParameter(f"{value:g}: a scale factor is more than 0 (0.5 halves, "
+                                 "2 doubles)")
+    return value
+
+
 def sim(
     scenario: Path = typer.Argument(..., help="Scenario TOML file (see scenarios/)."),
     out: Path = typer.Option(None, help="Write report.json, report.md and plots here."),
@@ -49,11 +57,13 @@ def sim(
                                 "strato-tree-memory, strato-live, random, first-fit, nova, "
                                 "exact."),
     seed: int = typer.Option(1, help="Same scenario + seed = same run."),
-    seeds: int = typer.Option(1, help="Run seeds SEED .. SEED+N-1 and average the "
+    seeds: int = typer.Option(1, min=1, help="Run seeds SEED .. SEED+N-1 and average the "
                               "headline figures (reports per seed in OUT/seed-K)."),
-    providers: float = typer.Option(1.0, help="Scale the host counts (and the arrival "
-                                    "rate with them, keeping the load)."),
-    requests: float = typer.Option(1.0, help="Scale the number of requests."),
+    providers: float = typer.Option(1.0, callback=_scale, help="Scale the host counts "
+                                    "(and the arrival rate with them, keeping the load); "
+                                    "more than 0."),
+    requests: float = typer.Option(1.0, callback=_scale, help="Scale the number of "
+                                   "requests; more than 0."),
     db: str = typer.Option(None, help="An empty PostgreSQL database for the in-process "
                            "zone (default: SQLite in a temporary directory)."),
     url: str = typer.Option(None, envvar="STRATO_URL", callback=wire.check_url,

@@ -62,3 +62,14 @@ def test_an_out_directory_that_cannot_be_made_is_named() -> None:
     result = invoke("sim", SMALL, "--out", "/proc/strato-nowhere/report", "--no-progress")
     assert result.exit_code == 2, result.output
     assert "cannot write the report to /proc/strato-nowhere/report" in result.output
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--providers", "0"], "a scale factor is more than 0"),
+    (["--requests", "-1"], "a scale factor is more than 0"),
+    (["--seeds", "0"], "greater than or equal to 1")])
+def test_a_count_or_scale_of_nothing_is_refused(args: list[str], needle: str) -> None:
+    """Not a ZeroDivisionError (--providers 0), not one seed run for 0."""
+    result = invoke("sim", SMALL, *args, "--no-progress")
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and "Traceback" not in result.output, result.output
