@@ -33,11 +33,10 @@ def _call(method: str, url: str, path: str, token: str, body: Any = None) -> htt
 
 def _failed(r: httpx.Response) -> None:
     try:
-        detail = r.json()["errors"][0]["detail"]
+        detail = str(r.json()["errors"][0]["detail"])
     except (ValueError, KeyError, IndexError, TypeError):
         detail = r.text[:300]
-    err.print(f"[red]HTTP {r.status_code}[/]: {escape(detail)}{hints.refused(r.status_code)}",
-              soft_wrap=True)
+    err.print(f"[red]{hints.status(r.status_code, None, detail)}[/]", soft_wrap=True)
     raise typer.Exit(1)
 
 

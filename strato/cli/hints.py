@@ -34,10 +34,18 @@ def refused(status: int) -> str:
             "token with the needed role)")
 
 
+def status(code: int, error_code: str | None, detail: str) -> str:
+    """`HTTP 409 (placement.concurrent_update): detail`, with the hint for a
+    401 or 403; `HTTP 404 (no error body)` when the server said nothing."""
+    head = f"HTTP {code}" + (f" ({escape(error_code)})" if error_code else "")
+    said = f": {escape(detail)}" if detail.strip() else " (no error body)"
+    return head + said + refused(code)
+
+
 def http_error(r: httpx.Response) -> str:
     """`HTTP 401: detail (hint)` from a Placement-style error body, or its text."""
     try:
         detail = str(r.json()["errors"][0]["detail"])
     except (ValueError, KeyError, IndexError, TypeError):
-        detail = r.text[:300] or r.reason_phrase
-    return f"HTTP {r.status_code}: {escape(detail)}{refused(r.status_code)}"
+        detail = r.text[:300]
+    return status(r.status_code, None, detail)

@@ -735,8 +735,8 @@ def serve(
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=GuardedHttp,
                                 ws="none", limit_concurrency=limits.max_connections,
                                 **(tls.server_options() if tls else {}))
-    _listen_and_serve(server_config, lambda bound: f"strato serving on {scheme}://{host}:"
-                      f"{bound} database={_redact(url)}")
+    _listen_and_serve(server_config, lambda bound: f"strato serving on "
+                      f"{_own_url(scheme, host, bound)} database={_redact(url)}")
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -206,8 +206,7 @@ def _failed(r: httpx.Response) -> None:
         detail, code = str(e.get("detail")), e.get("code")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         detail, code = r.text[:300], None
-    err.print(f"[red]HTTP {r.status_code}[/]{f' ({code})' if code else ''}: {escape(detail)}"
-              f"{hints.refused(r.status_code)}", soft_wrap=True)
+    err.print(f"[red]{hints.status(r.status_code, code, detail)}[/]", soft_wrap=True)
     raise typer.Exit(3 if r.status_code == 503 else 1)
 
 

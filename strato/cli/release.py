@@ -1,10 +1,12 @@
 """`strato release CONSUMER...`: delete consumers' allocations at a zone.
 
 At a zone with children the consumer is found below (strato/zone/subtree.py),
-so the root releases what was placed through it. Exit codes: 0 every
-consumer released; 1 one or more held nothing (404); 2 bad input or an error
-answer; 3 the zone (or the part of the tree holding a consumer) could not be
-reached (503 or no connection): retry.
+so the root releases what was placed through it. Exit codes, as every
+command's: 0 every consumer released; 1 one or more held nothing (404), or the
+zone refused (401, 403, another error answer), or it is not a Strato zone; 2
+bad input (not a consumer UUID, a --url or --timeout it cannot use); 3 the
+zone (or the part of the tree holding a consumer) could not be reached (503 or
+no connection): retry.
 """
 
 from __future__ import annotations
@@ -36,7 +38,11 @@ def release(consumers: list[str] = typer.Argument(..., help="Consumer UUIDs."),
                                           help="Seconds to wait for each answer (more "
                                                "than 0).")
             ) -> None:
-    """Release consumers: delete their allocations wherever they are below this zone."""
+    """Release consumers: delete their allocations wherever they are below this zone.
+
+    Exit 0 when every one was released; 1 when one held nothing (404) or the
+    zone refused (401, 403, another error); 2 for bad input; 3 when the zone,
+    or the part of the tree holding a consumer, could not be reached (retry)."""
     for c in consumers:
         try:
             uuid.UUID(c)
@@ -58,7 +64,8 @@ def release(consumers: list[str] = typer.Argument(..., help="Consumer UUIDs."),
                 err.print(f"[red]{c}: part of the tree could not be asked[/]: {escape(_detail(r))}")
                 raise typer.Exit(3)
             else:
-                err.print(f"[red]{c}: {r.status_code}[/] {escape(_detail(r))}"
-                          f"{hints.refused(r.status_code)}", soft_wrap=True)
-                raise typer.Exit(2)
+                # Refused (a wrong token): exit 1, as for every command.
+                err.print(f"[red]{c}: {hints.status(r.status_code, None, _detail(r))}[/]",
+                          soft_wrap=True)
+                raise typer.Exit(1)
     raise typer.Exit(code)

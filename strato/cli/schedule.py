@@ -437,8 +437,7 @@ def _report(r: httpx.Response, as_json: bool, out: Console, err: Console,
     if r.status_code == 400:
         err.print(f"[red]invalid request[/] (HTTP 400): {escape(detail)}")
         return 2
-    err.print(f"[red]HTTP {r.status_code}[/] {code}: {escape(detail)}"
-              f"{hints.refused(r.status_code)}")
+    err.print(f"[red]{hints.status(r.status_code, code, detail)}[/]", soft_wrap=True)
     return 1
 
 

@@ -5,6 +5,8 @@ another shape), never a traceback."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.cli.stub import Canned, Stub
@@ -56,3 +58,37 @@ def test_a_server_that_is_not_a_zone_is_said_so(command: list[str], canned: Cann
         result.output
     assert "Traceback" not in result.output and "child dfw" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("command", [["providers", "delete", "h1"], ["children", "list"],
+                                     ["schedule", "-r", "VCPU=1"], ["release", UUID],
+                                     ["tree"]])
+def test_an_error_without_a_body_is_said_so(command: list[str]) -> None:
+    with Stub(default=Canned(404)) as web:
+        result = invoke(*command, "--url", web.url)
+    assert result.exit_code == 1, result.output
+    # (release says a 404 its own way: the consumer holds nothing there)
+    assert "HTTP 404 (no error body)" in result.output or "holds nothing" in result.output, \
+        result.output
+    assert "HTTP 404 :" not in result.output and "HTTP 404: \n" not in result.output
+
+
+def test_a_refusal_of_release_is_exit_1_as_for_every_command() -> None:
+    with Stub(default=Canned.json({"errors": [{"detail": "no"}]}, status=403)) as web:
+        result = invoke("release", UUID, "--url", web.url)
+    assert result.exit_code == 1, result.output
+    assert f"{UUID}: HTTP 403: no" in result.output and "--token" in result.output
+
+
+def test_serving_on_an_ipv6_address_says_it_in_brackets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from strato.cli import main
+
+    said: list[str] = []
+    monkeypatch.setattr(main, "_check_port", lambda host, port: None)
+    monkeypatch.setattr(main, "_listen_and_serve",
+                        lambda config, serving: said.append(serving(8790)))
+    result = invoke("serve", "--host", "::1", "--port", "8790", "--db",
+                    f"sqlite:///{tmp_path / 'z.db'}")
+    assert result.exit_code == 0, result.output
+    assert said and said[0].startswith("strato serving on http://[::1]:8790 "), said
