@@ -544,8 +544,14 @@ def serve(
         raise typer.Exit(2)
     if keystone_url is not None:
         if not _is_http_url(keystone_url) or not keystone_user or not keystone_password:
-            console.print("[red]invalid Keystone options[/]: --keystone-url needs an http(s) "
-                          "URL, --keystone-user and --keystone-password", soft_wrap=True)
+            lacking = [what for what, ok in (
+                (f"--keystone-url must be an http(s) URL, not {keystone_url!r}",
+                 _is_http_url(keystone_url)),
+                ("--keystone-user (STRATO_KEYSTONE_USER) is missing", keystone_user),
+                ("--keystone-password (STRATO_KEYSTONE_PASSWORD) is missing",
+                 keystone_password)) if not ok]
+            console.print("[red]invalid Keystone options[/]: " + escape("; ".join(lacking))
+                          + " (Strato checks tokens with that service user)", soft_wrap=True)
             raise typer.Exit(2)
         try:
             import keystoneauth1  # noqa: F401

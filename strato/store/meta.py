@@ -274,7 +274,7 @@ def set_meta(conn: Connection, uuid: str, *, location: str | None, tags: Iterabl
     if within and loc is not None and loc != within and not loc.startswith(within + "/"):
         raise errors.BadRequest(
             f"location: {loc!r} is outside this zone's location prefix {within!r}: a "
-            f"provider here must be at {within!r} or below it (e.g. '{within}/room1'), or "
+            f"provider here must be at {within!r} or below it ('{within}/...'), or "
             "have no location of its own (it then takes the zone's)")
     provider = get_provider(conn, uuid)
     row: dict[str, object] = {"resource_provider_id": provider.id, "location": loc,

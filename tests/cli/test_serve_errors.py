@@ -143,6 +143,8 @@ def test_bad_security_options_end_in_one_line(tmp_path: Path) -> None:
              "is not a readable file"),
             (["--tls-ca", str(tmp_path / "ca")], "--tls-ca needs --tls-cert"),
             (["--keystone-url", "http://127.0.0.1:9/v3"], "invalid Keystone options"),
+            (["--keystone-url", "http://127.0.0.1:9/v3", "--keystone-user", "placement"],
+             "--keystone-password (STRATO_KEYSTONE_PASSWORD) is missing"),
             (["--policy-file", str(tmp_path / "none.yaml")], "invalid --policy-file"),
             (["--trace", "zipkin"], "invalid --trace")):
         r = serve("--db", db, *args)

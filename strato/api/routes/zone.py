@@ -306,7 +306,7 @@ def _within_prefix(tree: ZoneTree, body: ChildSpec) -> None:
     if own and loc is not None and loc != own and not loc.startswith(own + "/"):
         raise errors.BadRequest(
             f"location_prefix: {loc!r} is outside this zone's location prefix {own!r}: a "
-            f"child zone here must be at {own!r} or below it (e.g. '{own}/room1'), or have "
+            f"child zone here must be at {own!r} or below it ('{own}/...'), or have "
             "none")
 
 
