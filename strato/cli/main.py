@@ -57,8 +57,17 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _db_url(db: str | None, data_dir: str | None) -> str:
-    url = db or os.environ.get("STRATO_DB")
+def _given(ctx: typer.Context | None, name: str) -> bool:
+    """Whether the option `name` was on the command line (not from a
+    variable, a config file or its default)."""
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return getattr(source, "name", None) == "COMMANDLINE"
+
+
+def _db_url(db: str | None, data_dir: str | None, ctx: typer.Context | None = None) -> str:
+    # --data-dir on the command line beats a STRATO_DB in the environment.
+    url = None if data_dir and _given(ctx, "data_dir") and not _given(ctx, "db") \
+        else db or os.environ.get("STRATO_DB")
     if not url:
         try:
             # Absolute, so the URL said at start-up ("database=sqlite:///...")
@@ -314,6 +323,7 @@ def _pg_create(url: str) -> None:
 
 @app.command(short_help="Run a zone server (one zone of a tree, or a zone alone).")
 def serve(
+    ctx: typer.Context,
     config: str = typer.Option(None, "--config", envvar="STRATO_CONFIG",
                                help="A TOML file of these settings (named as the options "
                                "are); options and STRATO_* variables override it. "
@@ -499,7 +509,7 @@ def serve(
     from strato.api.server import GuardedHttp, Limits
     from strato.engine.service import EngineConfig, parse_class_weights
 
-    url = _db_url(db, data_dir)
+    url = _db_url(db, data_dir, ctx)
     if log_level.upper() not in LOG_LEVELS:
         console.print(f"[red]invalid --log-level[/]: {log_level} "
                       f"({', '.join(LOG_LEVELS).lower()})")
@@ -834,6 +844,7 @@ def _redact(url: str) -> str:
 
 @db_app.command("upgrade")
 def db_upgrade(
+    ctx: typer.Context,
     db: str = typer.Option(None, help="Database URL (default: SQLite in the data directory)."),
     data_dir: str = typer.Option(None, help="Where the default SQLite file lives."),
     create_db: bool = typer.Option(False, "--create-db", help="Create the PostgreSQL "
@@ -846,7 +857,7 @@ def db_upgrade(
     as strato serve."""
     from strato.store.migrate import head_revision
 
-    url = _db_url(db, data_dir)
+    url = _db_url(db, data_dir, ctx)
     # As `serve` does it (its file readable by its owner only: the children's
     # credentials live there).
     before = _prepare_database(url, create_db)

@@ -65,6 +65,18 @@ def test_a_relative_data_dir_is_said_as_an_absolute_path(
     assert (tmp_path / "zones" / "dfw" / "strato.db").is_file()
 
 
+def test_a_data_dir_on_the_command_line_beats_strato_db(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    result = CliRunner().invoke(cli.app, ["db", "upgrade", "--data-dir", str(tmp_path / "d")],
+                                env={**ENV, "STRATO_DB": f"sqlite:///{other}"})
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "d" / "strato.db").is_file() and not other.exists()
+    # Without --data-dir, STRATO_DB is the database.
+    result = CliRunner().invoke(cli.app, ["db", "upgrade"],
+                                env={**ENV, "STRATO_DB": f"sqlite:///{other}"})
+    assert result.exit_code == 0 and other.is_file(), result.output
+
+
 @pytest.mark.parametrize("name", ["bad name", "dfw/r1", ""])
 def test_a_zone_name_its_parent_would_refuse_is_refused_at_start(name: str,
                                                                  tmp_path: Path) -> None:
