@@ -48,6 +48,9 @@ def _classes(summary: dict[str, Any]) -> list[str]:
 
 def _get(client: httpx.Client, url: str, path: str, *keys: str) -> dict[str, Any]:
     """The zone's answer, which has `keys` (wire.NotAZone otherwise)."""
+    status = getattr(client, "strato_status", None)
+    if status is not None:  # a zone that does not answer takes --timeout: say which
+        status.update(f"asking {escape(url)} …")
     r = client.get(url.rstrip("/") + path)
     r.raise_for_status()
     return wire.answer(r, *keys)
@@ -96,13 +99,15 @@ def _walk(client: httpx.Client, url: str, node: Tree, depth: int, state: dict[st
                 child.add(line)
 
 
-def render(url: str, token: str, *, depth: int = 8, timeout: float = 5.0
-           ) -> tuple[Tree, dict[str, Any]]:
+def render(url: str, token: str, *, depth: int = 8, timeout: float = 5.0,
+           status: Any = None) -> tuple[Tree, dict[str, Any]]:
     """The tree below the zone at `url`, and what each zone said ({"bad",
-    "zones"}); raises httpx.HTTPError when that zone cannot be asked."""
+    "zones"}); raises httpx.HTTPError when that zone cannot be asked.
+    `status`: a Rich status told which zone is being asked."""
     headers = {"x-auth-token": token, "openstack-api-version": "placement 1.39"}
     state: dict[str, Any] = {"bad": False, "zones": []}
     with httpx.Client(headers=headers, timeout=timeout) as client:
+        client.strato_status = status  # type: ignore[attr-defined]
         top = _get(client, url, "/strato/v1/summary?fresh=true", *SUMMARY)
         root = Tree(f"[bold]{escape(str(top.get('zone', url)))}[/] "
                     f"{top.get('location_prefix') or ''} "
@@ -120,9 +125,10 @@ def tree(url: str = URL, token: str = TOKEN,
          ) -> None:
     """The zone tree at a glance: capacity and use per class, health, requests in doubt."""
     # The first zone unreachable: exit 3; not answering as a zone: 1.
-    with wire.talking_to(url):
+    with wire.talking_to(url), consoles.console(stderr=True).status(
+            "asking the zones …") as status:
         try:
-            root, state = render(url, token, depth=depth, timeout=timeout)
+            root, state = render(url, token, depth=depth, timeout=timeout, status=status)
         except httpx.HTTPStatusError as exc:
             # It answered: a wrong token (401, 403) is not "could not be reached".
             consoles.console(stderr=True).print(f"[red]{hints.http_error(exc.response)}[/]",

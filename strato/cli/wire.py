@@ -109,7 +109,8 @@ def talking_to(url: str) -> Iterator[None]:
         why = (f"no {exc} in its answer" if isinstance(exc, KeyError)
                else "its answer is not JSON" if isinstance(exc, json.JSONDecodeError)
                else str(exc) if isinstance(exc, NotAZone)
-               else "its answer is not shaped as a zone's")
+               # (named, so that a fault of this command is not taken for the zone's)
+               else f"its answer is not shaped as a zone's: {type(exc).__name__}: {exc}")
         err.print(f"[red]the server at {escape(url)} did not answer as a Strato zone[/] "
                   f"({escape(why)}); is --url (or STRATO_URL) a zone's address?",
                   soft_wrap=True)
