@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
@@ -438,30 +439,12 @@ def set_(ctx: typer.Context, provider: str = typer.Argument(..., help="Name or U
             z.call("PUT", f"/resource_providers/{u}", {
                 "name": rename, "parent_provider_uuid": rp.get("parent_provider_uuid")})
         _ensure_custom(z, list(changes), add_traits)
-        for attempt in range(5):
-            if not (changes or drop):
-                break
-            cur = z.call("GET", f"/resource_providers/{u}/inventories").json()
-            inv = _inventory_plan(cur["inventories"], changes, drop)
-            r = z.call("PUT", f"/resource_providers/{u}/inventories", {
-                "resource_provider_generation": cur["resource_provider_generation"],
-                "inventories": inv}, ok=(200, 409))
-            if r.status_code == 200:
-                break
-            if _code(r) != "placement.concurrent_update" or attempt == 4:
-                _failed(r)
-        for attempt in range(5):
-            if not (add_traits or rm_traits):
-                break
-            cur = z.call("GET", f"/resource_providers/{u}/traits").json()
-            want = sorted((set(cur["traits"]) | set(add_traits)) - set(rm_traits))
-            r = z.call("PUT", f"/resource_providers/{u}/traits", {
-                "resource_provider_generation": cur["resource_provider_generation"],
-                "traits": want}, ok=(200, 409))
-            if r.status_code == 200:
-                break
-            if _code(r) != "placement.concurrent_update" or attempt == 4:
-                _failed(r)
+        if changes or drop:
+            _put_current(z, f"/resource_providers/{u}/inventories", lambda cur: {
+                "inventories": _inventory_plan(cur["inventories"], changes, drop)})
+        if add_traits or rm_traits:
+            _put_current(z, f"/resource_providers/{u}/traits", lambda cur: {
+                "traits": sorted((set(cur["traits"]) | set(add_traits)) - set(rm_traits))})
         _put_meta(z, u, location, tags if tag is not None else None, clear_location=no_location)
         _show(z, u, as_json, f"changed provider {rename or rp['name']} {u}")
 
@@ -476,6 +459,22 @@ def delete(ctx: typer.Context, provider: str = typer.Argument(..., help="Name or
         rp = z.find(provider)
         z.call("DELETE", f"/resource_providers/{rp['uuid']}")
         consoles.console().print(f"deleted provider {escape(rp['name'])} {rp['uuid']}")
+
+
+def _put_current(z: Any, path: str, body_of: Callable[[dict[str, Any]], dict[str, Any]]
+                 ) -> None:
+    """PUT `path` what `body_of` makes of its current state, at its generation;
+    read and written again on a generation conflict (another writer), five
+    tries."""
+    for attempt in range(5):
+        cur = z.call("GET", path).json()
+        r = z.call("PUT", path, {
+            "resource_provider_generation": cur["resource_provider_generation"],
+            **body_of(cur)}, ok=(200, 409))
+        if r.status_code == 200:
+            return
+        if _code(r) != "placement.concurrent_update" or attempt == 4:
+            _failed(r)
 
 
 def _code(r: httpx.Response) -> str | None:
