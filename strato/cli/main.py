@@ -163,6 +163,20 @@ def _own_url(scheme: str, host: str, port: int) -> str:
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
+# A --rejoin-after below this is said at start: shorter than a parent's
+# usual summary refresh, with room for a busy one.
+REJOIN_WARN_S = 15.0
+
+
+def _rejoin_warning(rejoin_after: float) -> str | None:
+    if rejoin_after >= REJOIN_WARN_S:
+        return None
+    return (f"--rejoin-after {rejoin_after:g}: a parent asks for this zone's summary every "
+            "5 s by default (its --summary-interval), slower when busy: this zone may "
+            f"register again while it is registered; {REJOIN_WARN_S:g} s or more is safe "
+            "(default 60)")
+
+
 def _check_child_options(zone: str, advertise_url: str | None, scheme: str, host: str,
                          port: int) -> None:
     """What the parent would refuse at registration, after start-up and in the
@@ -672,6 +686,9 @@ def serve(
         raise typer.Exit(2)
     if parent is not None:
         _check_child_options(zone, advertise_url, scheme, host, port)
+        said = _rejoin_warning(rejoin_after)
+        if said:
+            console.print(f"[yellow]{escape(said)}[/]", soft_wrap=True)
     _check_port(host, port)
     # Migrate once, before workers start, so they do not race on it.
     _lock_sqlite(url)

@@ -177,3 +177,11 @@ def test_an_option_out_of_range_is_one_line_and_exit_2(tmp_path: Path, args: lis
     assert r.returncode == 2, r.stdout + r.stderr
     assert said in one_line(r), r.stdout + r.stderr
     assert "serving on" not in r.stdout + r.stderr
+
+
+
+def test_a_rejoin_shorter_than_a_parents_refresh_is_said() -> None:
+    from strato.cli.main import _rejoin_warning
+    said = _rejoin_warning(3)
+    assert said is not None and "--rejoin-after 3" in said and "register again" in said
+    assert _rejoin_warning(15) is None and _rejoin_warning(60) is None
