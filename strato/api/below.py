@@ -951,8 +951,10 @@ def _consumers(path: str, body: Any) -> list[str]:
 
 
 async def _answer(reply: Reply, scope: Scope, receive: Receive, send: Send) -> None:
-    """A child's answer, as it answered: its body, and its Retry-After and
-    Location (made this zone's: the path, which this zone serves too). An
+    """A child's answer, as it answered: its body, its Retry-After, its cache
+    headers (`Cache-Control`, `Last-Modified`: Placement's from 1.15, and the
+    child was asked at the client's microversion) and Location (made this
+    zone's: the path, which this zone serves too). An
     error's `code` is left out below microversion 1.23, as this zone's own
     errors are (the child was asked as a zone, which always says it)."""
     body = reply.body
@@ -965,6 +967,10 @@ async def _answer(reply: Reply, scope: Scope, receive: Receive, send: Send) -> N
     after = reply.headers.get("retry-after", "")
     if after.isascii() and after.isdigit() and len(after) <= 6:
         headers["retry-after"] = after
+    for name in ("cache-control", "last-modified"):
+        value = reply.headers.get(name, "")
+        if value and value.isascii() and value.isprintable() and len(value) <= 100:
+            headers[name] = value
     location = reply.headers.get("location")
     if location:
         parts = urlsplit(location)

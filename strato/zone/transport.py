@@ -110,8 +110,11 @@ class Malformed(Unreachable):
         super().__init__(url, f"faulty: {why}", maybe_delivered=True)
 
 
-# The headers of a zone's answer a caller may pass on (the rest are dropped).
-KEPT_HEADERS = ("x-strato-incomplete", "retry-after", "location")
+# The headers of a zone's answer a caller may pass on (the rest are dropped):
+# Placement's cache headers too (from microversion 1.15 a provider's GETs and
+# writes carry them), so a provider route answered below keeps them.
+KEPT_HEADERS = ("x-strato-incomplete", "retry-after", "location", "cache-control",
+                "last-modified")
 _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
 

@@ -207,3 +207,34 @@ def test_a_nova_claim_loop_takes_disk_from_the_roots_pool_while_a_cell_pauses(
         assert totals() == (24, 300)
     finally:
         stop_all(procs)
+
+
+def test_a_cells_provider_read_and_written_at_the_root_keeps_placements_cache_headers(
+        cells: dict[str, ServerProcess]) -> None:  # noqa: F811
+    """From microversion 1.15 Placement answers a provider's GETs (and its
+    inventory, trait and aggregate writes) with `Cache-Control: no-cache` and
+    a `Last-Modified`; a provider that lives in a cell, asked through the
+    root, got neither (the root passed on only the child's body)."""
+    root = cells["root"]
+    with api.client(cells["dfw"].url) as c:
+        rp = next(p["uuid"] for p in c.get("/resource_providers?name=dfw-h0").json()[
+            "resource_providers"])
+    h = {"x-auth-token": "admin", "openstack-api-version": "placement 1.15"}
+    with httpx.Client(base_url=root.url, headers=h, timeout=30) as c:
+        for path in ("", "/inventories", "/inventories/VCPU", "/traits", "/aggregates",
+                     "/usages", "/allocations"):
+            r = c.get(f"/resource_providers/{rp}{path}")
+            assert r.status_code == 200, r.text
+            assert r.headers.get("cache-control") == "no-cache", (path, r.headers)
+            assert "GMT" in r.headers.get("last-modified", ""), (path, r.headers)
+        gen = c.get(f"/resource_providers/{rp}").json()["generation"]
+        r = c.put(f"/resource_providers/{rp}/traits",
+                  json={"resource_provider_generation": gen, "traits": ["HW_CPU_X86_SSE"]})
+        assert r.status_code == 200, r.text
+        assert r.headers.get("cache-control") == "no-cache", r.headers
+        assert "GMT" in r.headers.get("last-modified", ""), r.headers
+        # Before 1.15, none (as Placement).
+        r = c.get(f"/resource_providers/{rp}",
+                  headers={"openstack-api-version": "placement 1.14"})
+        assert r.status_code == 200, r.text
+        assert "last-modified" not in r.headers and "cache-control" not in r.headers
