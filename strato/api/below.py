@@ -66,6 +66,9 @@ MAX_INCOMPLETE_CHARS = 2000
 _META = re.compile(r"^/strato/v1/providers/([0-9a-fA-F-]{32,36})/meta$")
 INCOMPLETE = subtree.INCOMPLETE
 _CONSUMER = re.compile(r"^/allocations/([0-9a-fA-F-]{32,36})$")
+# The store's refusal of an allocation on a provider it does not have.
+_NO_PROVIDER = re.compile(rb"Allocation for resource provider '([0-9a-fA-F-]{32,36})' "
+                          rb"that does not exist\.")
 # Custom traits and resource classes: one registry for the tree.
 _REGISTRY = re.compile(r"^/(?:traits/[A-Z0-9_]{1,255}|resource_classes(?:/[A-Z0-9_]{1,255})?)$")
 
@@ -617,8 +620,18 @@ class ProvidersBelow:
             owner = await subtree.owner_of(tree, self.owners,
                                            {u.lower() for u in named - here}, version)
             if owner.unknown is not None:
-                # In no zone: this zone's route says so, as Placement does.
-                await self.app(scope, replay_body(raw, receive), send)
+                # In no zone: this zone's route says so, as Placement does
+                # (its checks, in its order), naming the provider that is in
+                # no zone, not the first this zone lacks (one of a child).
+                status, headers, answer = await _capture(self.app, scope,
+                                                         replay_body(raw, receive))
+                if status == 400:
+                    unknown = owner.unknown.encode()
+                    answer = _NO_PROVIDER.sub(
+                        lambda m: m.group(0).replace(m.group(1), unknown), answer, count=1)
+                    headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+                    headers.append((b"content-length", str(len(answer)).encode()))
+                await _replay(status, headers, answer, scope, receive, send)
                 return
             target = None if here or owner.child is None else owner.child.name
             async with self._consumer_locks.hold([c.consumer_uuid for c in claims]):

@@ -238,3 +238,27 @@ def test_a_cells_provider_read_and_written_at_the_root_keeps_placements_cache_he
                   headers={"openstack-api-version": "placement 1.14"})
         assert r.status_code == 200, r.text
         assert "last-modified" not in r.headers and "cache-control" not in r.headers
+
+
+def test_an_allocation_on_a_provider_in_no_zone_names_that_provider_at_the_root(
+        cells: dict[str, ServerProcess]) -> None:  # noqa: F811
+    """A write naming a cell's provider and one that is nowhere is Placement's
+    400 naming the one that does not exist; the root named the cell's (the
+    first provider its own store lacks), which does exist."""
+    root = cells["root"]
+    with api.client(cells["dfw"].url) as c:
+        rp = next(p["uuid"] for p in c.get("/resource_providers?name=dfw-h0").json()[
+            "resource_providers"])
+    ghost = "ffffffff-ffff-4fff-bfff-ffffffffffff"  # sorts after the cell's provider
+    want = f"Allocation for resource provider '{ghost}' that does not exist."
+    h = {"x-auth-token": "admin", "openstack-api-version": "placement 1.39"}
+    one = {"allocations": {rp: {"resources": {"VCPU": 1}}, ghost: {"resources": {"VCPU": 1}}},
+           "project_id": "p", "user_id": "u", "consumer_generation": None,
+           "consumer_type": "INSTANCE"}
+    consumer = str(uuid.uuid4())
+    with httpx.Client(base_url=root.url, headers=h, timeout=30) as c:
+        for r in (c.put(f"/allocations/{consumer}", json=one),
+                  c.post("/allocations", json={consumer: one})):
+            assert r.status_code == 400, r.text
+            assert r.json()["errors"][0]["detail"] == want, r.text
+        assert c.get(f"/allocations/{consumer}").json()["allocations"] == {}
