@@ -301,16 +301,19 @@ class _Classes(protocol._Message):
     resource_classes: list[dict[str, Any]] = Field(max_length=protocol.MAX_COUNT)
 
 
-async def registry_names(tree: Tree, path: str, version: str
+async def registry_names(tree: Tree, path: str, version: str,
+                         kids: Sequence[Child] | None = None
                          ) -> tuple[list[list[str]], list[str]]:
-    """Every child's answer to `GET /traits?...` or `GET /resource_classes`
-    (`path`), as its names: (one list a child, the children that could not
-    say)."""
+    """Every child's (or `kids`') answer to `GET /traits?...` or `GET
+    /resource_classes` (`path`), as its names: (one list a child, the
+    children that could not say)."""
     if path.startswith("/traits"):
-        traits, missing = await _ask_all(tree, path, _Traits, "trait listing", version)
+        traits, missing = await _ask_all(tree, path, _Traits, "trait listing", version,
+                                         kids)
         return ([[n for n in t.traits if _NAME.fullmatch(n)] for _, t in traits],
                 [m.child for m in missing])
-    classes, missing = await _ask_all(tree, path, _Classes, "resource class listing", version)
+    classes, missing = await _ask_all(tree, path, _Classes, "resource class listing", version,
+                                      kids)
     out: list[list[str]] = []
     for _, c in classes:
         names = [e.get("name") for e in c.resource_classes]

@@ -360,7 +360,17 @@ class ZoneTree:
                 # Not the children that failed (a hung one would hold every
                 # misspelt name for the child timeout).
                 kids = [c for c in await self.children() if self.health_of(c.name).healthy]
-                await self.refresh(kids, fresh=True, wait=self.config.child_timeout)
+                # A summary lists the names the children's providers have; a
+                # name a child made that no provider has yet is in its
+                # registry alone (a query naming it is Placement's 200, an
+                # empty answer, not a 400 "No such"): their registries too.
+                _, (traits, _), (classes, _) = await asyncio.gather(
+                    self.refresh(kids, fresh=True, wait=self.config.child_timeout),
+                    subtree.registry_names(self, "/traits?name=startswith:CUSTOM_", "1.6",
+                                           kids),
+                    subtree.registry_names(self, "/resource_classes", "1.2", kids))
+                self.names.note({"classes": [n for names in classes for n in names],
+                                 "traits": [n for names in traits for n in names]}, self.db)
                 self._learned_at = time.monotonic()
             await self.names.settle(self.db)
         return self.names.size() > before

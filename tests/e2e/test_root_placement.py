@@ -262,3 +262,26 @@ def test_an_allocation_on_a_provider_in_no_zone_names_that_provider_at_the_root(
             assert r.status_code == 400, r.text
             assert r.json()["errors"][0]["detail"] == want, r.text
         assert c.get(f"/allocations/{consumer}").json()["allocations"] == {}
+
+
+def test_a_class_and_a_trait_a_cell_made_that_no_provider_has_are_known_at_the_root(
+        cells: dict[str, ServerProcess]) -> None:  # noqa: F811
+    """A custom trait or class made in a cell, that no provider has yet, is in
+    the tree's registry (`GET /traits` at the root lists it): a query naming
+    it is Placement's 200 with nothing found, not a 400 "No such trait". The
+    root learned only the names its children's summaries list, those some
+    provider has."""
+    root = cells["root"]
+    with api.client(cells["dfw"].url) as c:
+        assert c.put("/traits/CUSTOM_CELL_ONLY").status_code == 201
+        assert c.put("/resource_classes/CUSTOM_CELL_ONLY").status_code == 201
+    time.sleep(1.2)  # past the root's last round of learning names (once a second)
+    h = {"x-auth-token": "admin", "openstack-api-version": "placement 1.39"}
+    with httpx.Client(base_url=root.url, headers=h, timeout=30) as c:
+        assert "CUSTOM_CELL_ONLY" in c.get("/traits").json()["traits"]
+        r = c.get("/resource_providers?required=CUSTOM_CELL_ONLY")
+        assert r.status_code == 200, r.text
+        assert r.json()["resource_providers"] == []
+        r = c.get("/allocation_candidates?resources=CUSTOM_CELL_ONLY:1")
+        assert r.status_code == 200, r.text
+        assert r.json()["allocation_requests"] == []
