@@ -83,8 +83,9 @@ CHILDREN_TTL_S = 5.0
 OWN_TTL_S = 1.0
 # Old answers kept by request id are purged this often.
 PURGE_EVERY_S = 300.0
-# A request naming a custom class or trait unknown here asks the subtree for
-# fresh summaries (their names) at most this often (`learn_names`).
+# A request naming a custom class or trait unknown here asks the subtree
+# (`learn_names`): up to this many rounds at once, then one a second.
+LEARN_BURST = 10
 LEARN_EVERY_S = 1.0
 # The background loop's tick: probes of failed children are this fine.
 TICK_S = 0.25
@@ -173,7 +174,8 @@ class ZoneTree:
     # Custom classes and traits the children list, made here too (zone/names.py).
     names: TreeNames = field(default_factory=TreeNames)
     _learning: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _learned_at: float = -LEARN_EVERY_S
+    _round_started: float = float("-inf")  # the last round of learn_names
+    _rounds: tuple[float, float] = (float(LEARN_BURST), 0.0)  # (tokens, when counted)
     _kids: tuple[float, list[Child]] | None = None
     _own: tuple[float, bool] | None = None
     # The children the last summary merged as overlapping (warned once).
@@ -352,11 +354,17 @@ class ZoneTree:
         traits they list here (a request named one this zone's registry did
         not have yet); whether any was new here."""
         before = self.names.size()
-        # One fresh round at a time, and at most one a second: a client
-        # naming a class nobody has must not make every request a round
-        # through the whole subtree.
+        asked = time.monotonic()
+        # One round at a time, shared: requests that wait for a round share
+        # the next one, and a round that started after this request came has
+        # answered it. Rounds are rationed (a client naming a class nobody
+        # has must not make every request a round through the whole
+        # subtree), but with room for bursts: at most one a second left a
+        # name a cell made just after a round unknown here for up to a
+        # second, a 400 "No such trait" where Placement answers 200.
         async with self._learning:
-            if time.monotonic() - self._learned_at >= LEARN_EVERY_S:
+            if self._round_started < asked and self._take_round():
+                self._round_started = time.monotonic()
                 # Not the children that failed (a hung one would hold every
                 # misspelt name for the child timeout).
                 kids = [c for c in await self.children() if self.health_of(c.name).healthy]
@@ -371,9 +379,20 @@ class ZoneTree:
                     subtree.registry_names(self, "/resource_classes", "1.2", kids))
                 self.names.note({"classes": [n for names in classes for n in names],
                                  "traits": [n for names in traits for n in names]}, self.db)
-                self._learned_at = time.monotonic()
             await self.names.settle(self.db)
         return self.names.size() > before
+
+    def _take_round(self) -> bool:
+        """Whether a round of learn_names may start now (a token bucket:
+        LEARN_BURST at once, one more every LEARN_EVERY_S)."""
+        tokens, at = self._rounds
+        now = time.monotonic()
+        tokens = min(float(LEARN_BURST), tokens + (now - at) / LEARN_EVERY_S)
+        if tokens < 1.0:
+            self._rounds = (tokens, now)
+            return False
+        self._rounds = (tokens - 1.0, now)
+        return True
 
     def _covers_this_zone(self, body: dict[str, Any]) -> bool:
         ids = body.get("zone_ids")
@@ -914,7 +933,8 @@ class ZoneTree:
                 await run_in_threadpool(check, *seen())
             except errors.BadRequest:
                 # A name a cell made since its last summary: ask the children
-                # (at most once a second) before the 400.
+                # (a round shared with other requests waiting for one, and
+                # rationed) before the 400.
                 if not await self.learn_names():
                     raise
                 await run_in_threadpool(check, *seen())

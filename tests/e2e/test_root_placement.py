@@ -285,3 +285,24 @@ def test_a_class_and_a_trait_a_cell_made_that_no_provider_has_are_known_at_the_r
         r = c.get("/allocation_candidates?resources=CUSTOM_CELL_ONLY:1")
         assert r.status_code == 200, r.text
         assert r.json()["allocation_requests"] == []
+
+
+def test_a_trait_a_cell_made_just_after_the_root_asked_for_it_is_found_at_once(
+        cells: dict[str, ServerProcess]) -> None:  # noqa: F811
+    """A query at the root naming a trait nobody has is a 400; the trait is
+    then made in a cell, and the same query at once is Placement's 200. The
+    root's rounds of learning names were at most one a second, so the second
+    query was answered from the first round: a 400 for a name that exists."""
+    h = {"x-auth-token": "admin", "openstack-api-version": "placement 1.39"}
+    with httpx.Client(base_url=cells["root"].url, headers=h, timeout=30) as root, \
+            api.client(cells["ord"].url) as cell:
+        for i in range(3):
+            name = f"CUSTOM_JUST_MADE_{i}"
+            r = root.get(f"/resource_providers?required={name}")
+            assert r.status_code == 400, r.text
+            assert cell.put(f"/traits/{name}").status_code == 201
+            r = root.get(f"/resource_providers?required={name}")
+            assert r.status_code == 200, r.text
+            assert r.json()["resource_providers"] == []
+            r = root.get(f"/allocation_candidates?resources=VCPU:1&required={name}")
+            assert r.status_code == 200, r.text

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from strato.zone.inprocess import InProcessTree
 from strato.zone.names import PER_SUMMARY, TreeNames
+from strato.zone.tree import LEARN_BURST
 from tests.zone.helpers import record_calls
 from tests.zone.test_split import host, run, zt
 
@@ -61,17 +62,24 @@ def test_a_summary_brings_the_names_up_without_a_request(tmp_path: Path) -> None
     run(tmp_path, scenario)
 
 
-def test_a_name_nobody_has_is_a_400_and_asks_the_subtree_at_most_once_a_second(
+def test_a_name_nobody_has_is_a_400_and_its_rounds_through_the_subtree_are_rationed(
         tmp_path: Path) -> None:
+    """Each request naming an unknown class asks the subtree (a cell may have
+    made it just now), up to LEARN_BURST rounds at once, then one a second."""
     async def scenario(tree: InProcessTree) -> None:
         root = tree.client("global")
-        asked = record_calls(tree, lambda m, p: p.startswith("/strato/v1/summary"))
-        for _ in range(5):
+        rounds = LEARN_BURST
+        # The root's own children, asked once a round each (by their URLs).
+        urls = {k["url"] for k in (await root.get("/strato/v1/children")).json()["children"]}
+        kids = len(urls)
+        called = record_calls(tree, lambda m, p: p.startswith("/strato/v1/summary"))
+        for _ in range(3 * rounds):
             r = await root.get("/allocation_candidates?resources=CUSTOM_NOWHERE:1", headers=V)
             assert r.status_code == 400, r.text
             assert "No such resource class CUSTOM_NOWHERE" in r.text
-        # One fresh round: the root asks its children, each its own.
-        assert 0 < len(asked) <= 6, asked
+        asked = [u for u in called if u in urls]
+        # The burst, and maybe one more for the time the requests took.
+        assert kids and rounds * kids <= len(asked) <= (rounds + 2) * kids, (len(asked), kids)
     run(tmp_path, scenario)
 
 
