@@ -364,15 +364,20 @@ def _providers_with_capacity(rc_name: str, amount: int) -> sa.Select[tuple[int]]
         .subquery()
     )
     cap = (inv.c.total - inv.c.reserved) * inv.c.allocation_ratio
+    # The amount may be past an INTEGER (up to 2**63-1): bound as a BIGINT,
+    # which PostgreSQL would otherwise cast to the column's INTEGER and refuse,
+    # and never added to the usage (a BIGINT overflow there): the free capacity
+    # (a float) is compared with it instead.
+    want = sa.literal(amount, sa.BigInteger())
     return (
         sa.select(inv.c.resource_provider_id)
         .select_from(inv.outerjoin(used_sub,
                                    used_sub.c.resource_provider_id == inv.c.resource_provider_id))
         .where(
             inv.c.resource_class_id == rc_id.scalar_subquery(),
-            cap >= sa.func.coalesce(used_sub.c.used, 0) + amount,
-            inv.c.min_unit <= amount,
-            inv.c.max_unit >= amount,
-            amount % inv.c.step_size == 0,
+            cap - sa.func.coalesce(used_sub.c.used, 0) >= want,
+            inv.c.min_unit <= want,
+            inv.c.max_unit >= want,
+            want % inv.c.step_size == 0,
         )
     )

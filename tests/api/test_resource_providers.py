@@ -115,6 +115,30 @@ def test_list_filters_and_unknown_params(client: TestClient) -> None:
     assert r.status_code == 400
 
 
+
+def test_a_resources_amount_past_a_database_integer_is_no_provider(
+        any_client: TestClient) -> None:
+    """?resources= takes any amount up to 2**63-1 (as allocation candidates do):
+    one no inventory can hold finds no provider. PostgreSQL took the amount as
+    an INTEGER (a 400, 'NumericValueOutOfRange'), and used + amount past a
+    BIGINT overflowed there, where SQLite answered 200 and no provider."""
+    rp = _create(any_client, "big")["uuid"]
+    r = any_client.put(f"/resource_providers/{rp}/inventories", json={
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+    assert r.status_code == 200, r.text
+    r = any_client.put(f"/allocations/{uuid.uuid4()}", json={
+        "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
+        "consumer_generation": None, "consumer_type": "INSTANCE"})
+    assert r.status_code == 204, r.text
+    for amount in (7, 2**31, 2**63 - 1):
+        r = any_client.get(f"/resource_providers?resources=VCPU:{amount}")
+        assert r.status_code == 200, (amount, r.text)
+        assert [p["uuid"] for p in r.json()["resource_providers"]] == \
+            ([rp] if amount == 7 else []), amount
+        r = any_client.get(f"/allocation_candidates?resources=VCPU:{amount}")
+        assert r.status_code == 200, (amount, r.text)
+        assert len(r.json()["allocation_requests"]) == (1 if amount == 7 else 0), amount
+
 def test_microversion_header(client: TestClient) -> None:
     r = client.get("/", headers={"openstack-api-version": "placement 1.99"})
     assert r.status_code == 406
