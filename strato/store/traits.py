@@ -77,7 +77,9 @@ def list_traits(conn: Connection, f: TraitFilters = TraitFilters()) -> list[Trai
         q = q.where(traits.c.name.in_(f.name_in))
     if f.prefix is not None:
         # Trait names are full of "_", a LIKE wildcard: match it literally.
-        q = q.where(traits.c.name.like(_escape_like(f.prefix) + "%", escape="\\"))
+        # ILIKE: the case does not matter, on PostgreSQL as on SQLite (whose
+        # LIKE, as MySQL's, ignores it; PostgreSQL's minded it).
+        q = q.where(traits.c.name.ilike(_escape_like(f.prefix) + "%", escape="\\"))
     if f.associated is not None:
         used = traits.c.id.in_(sa.select(rpt.c.trait_id))
         q = q.where(used if f.associated else ~used)

@@ -136,6 +136,10 @@ def test_list_filters(any_client: TestClient) -> None:
     assert _traits(any_client, "?name=startswith:CUSTOM_TRAIT_") == [
         "CUSTOM_TRAIT_1", "CUSTOM_TRAIT_2"]
     assert _traits(any_client, "?name=startswith:CUSTOM_%") == []
+    # The prefix matches whatever its case, on every database, as Placement's
+    # LIKE does on SQLite and MySQL (PostgreSQL's LIKE alone minded the case).
+    assert _traits(any_client, "?name=startswith:custom_Trait_") == [
+        "CUSTOM_TRAIT_1", "CUSTOM_TRAIT_2"]
     rp = _provider(any_client)
     assert _set(any_client, rp, ["CUSTOM_TRAIT_1", "HW_CPU_X86_SSE"], 0).status_code == 200
     assert _traits(any_client, "?associated=true") == ["CUSTOM_TRAIT_1", "HW_CPU_X86_SSE"]
