@@ -101,19 +101,24 @@ def _fixture_of(path: Path) -> str:
     return known[0]
 
 
-@pytest.mark.parametrize("where", ["zone", "root"])
+@pytest.mark.parametrize("where", [
+    "zone", "root", pytest.param("zone-postgresql", marks=pytest.mark.postgres)])
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.xfail(reason=XFAIL[n], strict=True)) if n in XFAIL else n
     for n in GABBI_FILES])
-def test_placement_gabbit(name: str, where: str, gabbits: Path, tmp_path: Path) -> None:
+def test_placement_gabbit(name: str, where: str, gabbits: Path, tmp_path: Path,
+                          request: pytest.FixtureRequest) -> None:
     """`zone`: one zone. `root`: the root of a tree with two cells (each its own
     process and database): the root answers for its subtree, and must still
-    answer as Placement does."""
+    answer as Placement does. `zone-postgresql`: one zone on PostgreSQL (a
+    fresh database per file; about 6 minutes for all files)."""
     path = gabbits / f"{name}.yaml"
     assert path.exists(), path
     fixture = _fixture_of(path)
     cells: list[ServerProcess] = []
-    with ServerProcess(f"sqlite:///{tmp_path / 'strato.db'}", log_path=tmp_path / "server.log",
+    db_url = (str(request.getfixturevalue("pg_db_url")) if where == "zone-postgresql"
+              else f"sqlite:///{tmp_path / 'strato.db'}")
+    with ServerProcess(db_url, log_path=tmp_path / "server.log",
                        extra=[*SERVER_FLAGS.get(fixture, []), "--zone", "root"]) as server:
         try:
             if where == "root":
