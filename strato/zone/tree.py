@@ -1441,8 +1441,10 @@ class ZoneTree:
         if more is None:
             return answer
         if more.get("unplaced") and len(more["placements"]):
+            # Own providers that placed part already (in `answer`, or in `more`)
+            # are not asked again: a dry run has not filled them.
             more = await self._place_rest(rest, others, more, outcomes, attempt, occ,
-                                          own=own)
+                                          own=here)
         return split.combine(answer, more)
 
     async def _refresh_due(self, kids: Sequence[Child]) -> None:

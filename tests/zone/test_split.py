@@ -652,3 +652,19 @@ def test_soft_rules_above_the_cells_steer_a_single_instance(tmp_path: Path) -> N
             seen += cells(await one("api", {"type": "spread", "level": "site"}))
         assert seen == {"dfw": 3, "ord": 3}
     run(tmp_path, scenario)
+
+
+def test_an_atomic_false_dry_run_uses_this_zones_own_hosts_once(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        # Six whole hosts in all (two here, two in each cell): a dry run of
+        # eight places six, as the real request does, and never one host
+        # twice (the rest asked of the children went back to the own hosts a
+        # dry run had not filled, and a parent dividing a gang believed it).
+        for body in (req(8, atomic=False, dry_run=True), req(8, atomic=False)):
+            r = await tree.client("global").post("/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+            answer = r.json()
+            hosts = Counter(p["provider"] for p in answer["placements"])
+            assert max(hosts.values()) == 1, answer["placements"]
+            assert len(answer["placements"]) == 6 and len(answer["unplaced"]) == 2
+    run(tmp_path, with_own_hosts(scenario), hosts=2)
