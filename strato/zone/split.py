@@ -103,6 +103,28 @@ def wide_rules(req: ScheduleRequest, kids: Sequence[Child]
             and all(domain(k, c.level) is not None for k in kids)]
 
 
+def kept_together(req: ScheduleRequest, kids: Sequence[Child]
+                  ) -> list[tuple[int, SpreadRuleSpec]]:
+    """The affinity rules that keep the request's own instances in one domain
+    (they join the rule's group) at a level no child is one domain of: a child
+    keeps one only within its share, so shares in two zones (two children, or
+    a child and this zone's own providers) would break it."""
+    wide = {i for i, _ in wide_rules(req, kids)}
+    return [(i, c) for i, c in enumerate(req.constraints)
+            if isinstance(c, SpreadRuleSpec) and c.type == "affinity" and i not in wide
+            and req.group is not None and (c.group or req.group) == req.group]
+
+
+def relax_together(req: ScheduleRequest, kids: Sequence[Child], answer: dict[str, Any]
+                   ) -> dict[str, Any]:
+    """`answer` placed in several zones: the soft rules of kept_together are
+    reported in `relaxed` (a hard one never gets here)."""
+    seen = {r.get("index") for r in answer.get("relaxed", [])}
+    more = [_relaxed(i, r, req) for i, r in kept_together(req, kids)
+            if not r.hard and i not in seen]
+    return {**answer, "relaxed": [*answer.get("relaxed", []), *more]} if more else answer
+
+
 def must_split(req: ScheduleRequest, kids: Sequence[Child]) -> bool:
     """An anti-affinity rule above the children: no child may take two instances
     (a soft one: should not), so the request is divided from the start."""
@@ -609,6 +631,13 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
         cands = [own, *cands]
     if not cands:
         return None
+    hard = [(i, r) for i, r in kept_together(req, kids) if r.hard]
+    if hard:
+        named = ", ".join(f"{r.type} {r.group or req.group}@{r.level}" for _, r in hard)
+        outcomes.append(Outcome(DIVIDED, Result.NO_VALID_PLACEMENT,
+                                f"{named}: no one zone has room for all {n} instances, "
+                                "and shares in several zones would not be together"))
+        return None
     # Ask the fewest children the summaries say are enough (and one more),
     # then the rest only if their plans fall short: a gang of four over ten
     # cells asks five, not ten.
@@ -639,6 +668,8 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     for k, c in shares:
         split.append((k, consumers[:c]))
         consumers = consumers[c:]
+    if len(split) > 1:
+        relaxed = relax_together(req, kids, {"relaxed": relaxed})["relaxed"]
     if req.dry_run or attempt is None:
         return _merge(tree, req, [(k, _dry_share(plans[k.name], cs)) for k, cs in split],
                       consumers, relaxed)

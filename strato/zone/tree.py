@@ -1434,12 +1434,16 @@ class ZoneTree:
             others = split.allowed(req, others, wide, occ, set(), outcomes)
         if not others and not here:
             return answer
+        if any(r.hard for _, r in split.kept_together(req, kids)):
+            return answer  # the rest elsewhere would not be with these instances
         more = await self._decide(rest, others, outcomes, attempt, local=here)
         if more is None and len(rest.consumers) > 1:
             more = await split.schedule_across(self, rest, others, outcomes, attempt, occ,
                                                self.own_child() if here else None)
         if more is None:
             return answer
+        if more.get("placements"):
+            answer = split.relax_together(req, kids, answer)
         if more.get("unplaced") and len(more["placements"]):
             # Own providers that placed part already (in `answer`, or in `more`)
             # are not asked again: a dry run has not filled them.

@@ -668,3 +668,27 @@ def test_an_atomic_false_dry_run_uses_this_zones_own_hosts_once(tmp_path: Path) 
             assert max(hosts.values()) == 1, answer["placements"]
             assert len(answer["placements"]) == 6 and len(answer["unplaced"]) == 2
     run(tmp_path, with_own_hosts(scenario), hosts=2)
+
+
+@pytest.mark.parametrize("hard", [True, False])
+def test_affinity_below_the_cells_is_not_broken_by_dividing(tmp_path: Path, hard: bool
+                                                            ) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        # Each cell has two hosts in two racks: no rack takes two whole hosts.
+        # Dividing the request among the cells put one in each (two racks)
+        # and called the hard rule kept.
+        rule = {"type": "affinity", "level": "rack", "hard": hard}
+        c = tree.client("global")
+        r = await c.post("/strato/v1/schedule", json=req(2, group="g", constraints=[rule]))
+        if hard:
+            assert r.status_code == 409, r.text
+            assert "affinity g@rack" in r.json()["errors"][0]["detail"], r.text
+            assert await used(tree, "dfw") == 0 and await used(tree, "ord") == 0
+            r = await c.post("/strato/v1/schedule", json=req(
+                2, group="g", constraints=[rule], atomic=False))
+            assert r.status_code == 200, r.text
+            assert len(r.json()["placements"]) == 1 and len(r.json()["unplaced"]) == 1
+        else:
+            assert r.status_code == 200, r.text
+            assert [x["rule"] for x in r.json()["relaxed"]] == ["affinity g@rack"], r.text
+    run(tmp_path, scenario, hosts=2)
