@@ -351,6 +351,29 @@ def allowed(req: ScheduleRequest, kids: Sequence[Child],
     return out
 
 
+def own_excluded(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSpec]],
+                 occ: Occupancy, found: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Why this zone's own providers may not take the request under a hard
+    affinity rule above the children, or None: their planner sees only the
+    members on them, so members below a child, or in several domains, would
+    not count there."""
+    mine = set(req.consumers)
+    for i, r in wide:
+        if not r.hard or r.type != "affinity":
+            continue
+        g = r.group or req.group
+        if (apart := scattered(req, i, r, occ)):
+            return (f"affinity {g}@{r.level}: members already in {len(apart)} "
+                    f"{r.level}s ({', '.join(apart)}) (hard affinity)")
+        below = sorted(d for d, c in occ.get(i, Counter()).items() if c > 0) if any(
+            "/" in str(m.get("zone", "")) and m["consumer"] not in mine
+            for m in (found.get(g or "") or {}).get("members", [])) else []
+        if below:
+            return (f"group {g} has its members in {r.level} {', '.join(below)} "
+                    "below a child zone (hard affinity)")
+    return None
+
+
 class GroupLocks:
     """One request at a time per server group at this zone, while it reads
     where the group's members are and places new ones (rules above a child

@@ -1367,9 +1367,13 @@ class ZoneTree:
             occ, unknown = split.occupancy(req, kids, wide, found)
             first: list[Outcome] = []
             kids = split.allowed(req, kids, wide, occ, unknown, first)
+            why = split.own_excluded(req, wide, occ, found)
+            if why is not None and await self.has_providers():
+                first.append(Outcome(LOCAL, Result.PRUNED, why))
             # One instance: the children that keep the soft rules are asked first.
             penalty = split.penalties(req, kids, wide, occ)
-            answer, outcomes = await self._place_in(req, kids, attempt, occ, penalty)
+            answer, outcomes = await self._place_in(req, kids, attempt, occ, penalty,
+                                                    local=why is None)
             if answer is not None:
                 answer = split.relax_scattered(req, wide, occ, answer)
                 if penalty:
@@ -1378,8 +1382,9 @@ class ZoneTree:
 
     async def _place_in(self, req: ScheduleRequest, kids: Sequence[Child],
                         attempt: Attempt | None, occ: split.Occupancy | None,
-                        penalty: Mapping[str, float] | None = None
+                        penalty: Mapping[str, float] | None = None, *, local: bool = True
                         ) -> tuple[dict[str, Any] | None, list[Outcome]]:
+        """`local`: this zone's own providers may take it (or a share of it)."""
         await self._refresh_due(kids)
         outcomes: list[Outcome] = []
         answer = None
@@ -1387,7 +1392,8 @@ class ZoneTree:
             answer = await shared.schedule_split(self, req, attempt, outcomes, kids, occ)
         divide = split.must_split(req, kids)
         if answer is None and not divide:
-            answer = await self._decide(req, kids, outcomes, attempt, penalty=penalty)
+            answer = await self._decide(req, kids, outcomes, attempt, local=local,
+                                        penalty=penalty)
         pruned = [c for c in kids if any(o.zone == c.name and o.outcome == Result.PRUNED
                                          for o in outcomes)]
         if answer is None and pruned and not divide:
@@ -1407,10 +1413,11 @@ class ZoneTree:
         if answer is None and len(req.consumers) > 1 and not outage(outcomes):
             # No child takes it whole: divide it among several (zone/split.py),
             # this zone's own providers among them.
-            own = self.own_child() if await self.has_providers() else None
+            own = self.own_child() if local and await self.has_providers() else None
             answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ, own)
         elif answer is not None and not req.atomic and answer.get("unplaced"):
-            answer = await self._place_rest(req, kids, answer, outcomes, attempt, occ)
+            answer = await self._place_rest(req, kids, answer, outcomes, attempt, occ,
+                                            own=local)
         return answer, outcomes
 
     async def _place_rest(self, req: ScheduleRequest, kids: Sequence[Child],

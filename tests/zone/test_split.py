@@ -692,3 +692,31 @@ def test_affinity_below_the_cells_is_not_broken_by_dividing(tmp_path: Path, hard
             assert r.status_code == 200, r.text
             assert [x["rule"] for x in r.json()["relaxed"]] == ["affinity g@rack"], r.text
     run(tmp_path, scenario, hosts=2)
+
+
+def test_hard_affinity_above_the_cells_keeps_this_zones_own_hosts_out_of_it(
+        tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        # The group's first member is in dfw: a member joining it under a
+        # hard site affinity goes to dfw, never to this zone's own hosts
+        # (site 'global'), whose planner sees no member and allowed any site.
+        c = tree.client("global")
+        first = req(1, 1, group="a", constraints=[
+            {"type": "location", "pattern": "dfw/room1/rack0"}])
+        r = await c.post("/strato/v1/schedule", json=first)
+        assert r.status_code == 200, r.text
+        for _ in range(3):
+            r = await c.post("/strato/v1/schedule", json=req(1, 1, group="a", constraints=[
+                {"type": "affinity", "level": "site"}]))
+            assert r.status_code == 200, r.text
+            assert [p["zone"] for p in r.json()["placements"]] == ["global/dfw"], r.text
+        assert own_used(tree) == 0
+        # Members in two sites: a hard affinity is refused, own hosts included.
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="a", constraints=[
+            {"type": "location", "pattern": "ord/room1/rack0"}]))
+        assert r.status_code == 200, r.text
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="a", constraints=[
+            {"type": "affinity", "level": "site"}]))
+        assert r.status_code == 409, r.text
+        assert own_used(tree) == 0
+    run(tmp_path, with_own_hosts(scenario), hosts=2)
