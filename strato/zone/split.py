@@ -352,16 +352,22 @@ def allowed(req: ScheduleRequest, kids: Sequence[Child],
 
 
 def own_excluded(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSpec]],
-                 occ: Occupancy, found: Mapping[str, Mapping[str, Any]]) -> str | None:
+                 occ: Occupancy, found: Mapping[str, Mapping[str, Any]], here: str
+                 ) -> str | None:
     """Why this zone's own providers may not take the request under a hard
     affinity rule above the children, or None: their planner sees only the
     members on them, so members below a child, or in several domains, would
     not count there."""
     mine = set(req.consumers)
     for i, r in wide:
+        g = r.group or req.group
+        if r.hard and r.level == ZONE_LEVEL and r.type != "affinity":
+            # This zone's own providers are one zone (`here`) of the rule.
+            most = 1 if r.type == "anti_affinity" else r.max_per_domain
+            if most is not None and occ.get(i, Counter())[here] >= most:
+                return f"group {g} already has {most} member(s) in zone {here} ({r.type})"
         if not r.hard or r.type != "affinity":
             continue
-        g = r.group or req.group
         if (apart := scattered(req, i, r, occ)):
             return (f"affinity {g}@{r.level}: members already in {len(apart)} "
                     f"{r.level}s ({', '.join(apart)}) (hard affinity)")

@@ -1367,7 +1367,7 @@ class ZoneTree:
             occ, unknown = split.occupancy(req, kids, wide, found)
             first: list[Outcome] = []
             kids = split.allowed(req, kids, wide, occ, unknown, first)
-            why = split.own_excluded(req, wide, occ, found)
+            why = split.own_excluded(req, wide, occ, found, self.config.name)
             if why is not None and await self.has_providers():
                 first.append(Outcome(LOCAL, Result.PRUNED, why))
             # One instance: the children that keep the soft rules are asked first.
@@ -1784,13 +1784,20 @@ class ZoneTree:
     async def _run_local(self, req: ScheduleRequest, attempt: Attempt | None
                          ) -> dict[str, Any] | Outcome:
         """This zone's own providers, under a part id of the request."""
-        pid = await self._record(attempt, LOCAL, req)
-        if pid is not None:
-            req = req.model_copy(update={"request_id": pid})
         try:
+            # They are one domain of a rule at level `zone`, which their
+            # planner does not know (a 400): as at a zone without children.
+            req, relaxed = split.in_one_zone(req)
+            pid = await self._record(attempt, LOCAL, req)
+            if pid is not None:
+                req = req.model_copy(update={"request_id": pid})
             if self.local.plans_inline:
-                return await self.local.schedule_async(req)
-            return await run_in_threadpool(self.local.schedule, req)
+                answer = await self.local.schedule_async(req)
+            else:
+                answer = await run_in_threadpool(self.local.schedule, req)
+            if relaxed:
+                answer = {**answer, "relaxed": [*relaxed, *answer.get("relaxed", [])]}
+            return answer
         except NoValidPlacement as exc:
             return Outcome(LOCAL, Result.NO_VALID_PLACEMENT,
                            exc.explain.get("summary", exc.detail), exc.explain)

@@ -720,3 +720,30 @@ def test_hard_affinity_above_the_cells_keeps_this_zones_own_hosts_out_of_it(
         assert r.status_code == 409, r.text
         assert own_used(tree) == 0
     run(tmp_path, with_own_hosts(scenario), hosts=2)
+
+
+def test_rules_at_level_zone_reach_this_zones_own_hosts_as_one_zone(tmp_path: Path
+                                                                  ) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        # Level `zone` is valid at a zone with children; its own providers
+        # (one zone of the rule) were asked with the rule as it was and
+        # answered 400 "unknown level 'zone'".
+        c = tree.client("global")
+        here = {"type": "location", "pattern": "global"}
+        for rule in ({"type": "affinity", "level": "zone"},
+                     {"type": "spread", "level": "zone"}):
+            r = await c.post("/strato/v1/schedule", json=req(1, 1, group="z1",
+                                                             constraints=[rule, here]))
+            assert r.status_code == 200, r.text
+            assert [p["zone"] for p in r.json()["placements"]] == ["global"], r.text
+        # A member here: a hard anti-affinity at level zone keeps the next one out.
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="z2", constraints=[here]))
+        assert r.status_code == 200, r.text
+        anti = {"type": "anti_affinity", "level": "zone"}
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="z2", constraints=[anti]))
+        assert r.status_code == 200, r.text
+        assert r.json()["placements"][0]["zone"] in ("global/dfw", "global/ord"), r.text
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="z2",
+                                                         constraints=[anti, here]))
+        assert r.status_code == 409, r.text
+    run(tmp_path, with_own_hosts(scenario), hosts=2)
