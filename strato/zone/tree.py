@@ -883,6 +883,11 @@ class ZoneTree:
             self._check_deadline(req, time.time())
             answer, outcomes = await self._place(req, kids, None)
             if answer is None:
+                # As the real request: part of the tree not asked is a 503,
+                # not a "nothing fits" (nor /explain's 200 saying so).
+                down = outage(outcomes)
+                if down:
+                    raise self._unavailable(req, outcomes, down)
                 raise self._refusal(req, outcomes)
             return self._finish_explain(req, answer, outcomes)
         client_id = req.request_id

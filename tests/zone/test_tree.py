@@ -177,6 +177,29 @@ def test_dead_child_is_skipped_marked_unhealthy_and_rejoins(tmp_path: Path) -> N
     run(tmp_path, scenario)
 
 
+def test_a_dry_run_and_explain_with_a_child_down_are_an_outage_too(tmp_path: Path) -> None:
+    async def scenario(tree: InProcessTree) -> None:
+        # Only ord has hipaa hosts and ord is down: the real request is a 503;
+        # a dry run said 409 "no valid placement" and /explain 200 "nothing
+        # fits", which the real request would not have said.
+        tree.kill("ord")
+        c = tree.client("global")
+        hipaa = req(1, constraints=[{"type": "tags", "required": ["hipaa"]}])
+        for path, body in (("/strato/v1/schedule", {**hipaa, "dry_run": True}),
+                           ("/strato/v1/explain", hipaa),
+                           ("/strato/v1/schedule", hipaa)):
+            r = await c.post(path, json=body)
+            assert r.status_code == 503, (path, r.text)
+            assert r.json()["errors"][0]["code"] == "strato.zone_unavailable"
+            assert "ord" in r.json()["errors"][0]["detail"]
+        # What fits nowhere that was asked, and not in ord by its metadata, is
+        # still a refusal.
+        r = await c.post("/strato/v1/explain", json=req(
+            1, constraints=[{"type": "location", "pattern": "syd"}]))
+        assert r.status_code == 200 and r.json()["placements"] == [], r.text
+    run(tmp_path, scenario)
+
+
 def test_children_api_validates_and_deletes(tmp_path: Path) -> None:
     async def scenario(tree: InProcessTree) -> None:
         c = tree.client("global")
