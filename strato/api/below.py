@@ -663,16 +663,20 @@ class ProvidersBelow:
         Children that cannot be asked are not waited for (a dead child never
         stops writes elsewhere): the consumer is looked for where it can be.
         `here_ok`: the write is made here, so a consumer of this zone is
-        changed where it is (its generation checked by this zone's route)."""
+        changed where it is (its generation checked by this zone's route),
+        unless it has allocations below too (written across zones): those
+        would be left behind."""
         for claim in claims:
             if not claim.allocations:
                 continue  # a release: made where the consumer is
             c = claim.consumer_uuid
             where: str | None = None
             if await self._generation_here(c) is not None:
-                if here_ok:
+                below = await self._below_too(c) if here_ok else None
+                if here_ok and below is None:
                     continue
-                where = self.state.tree.config.name
+                where = (self.state.tree.config.name if below is None
+                         else f"this zone and zone {below}")
             else:
                 try:
                     found = await subtree.find_consumer(self.state.tree, c)
@@ -819,6 +823,20 @@ class ProvidersBelow:
         if await self._generation_here(consumer) is None:
             return False
         return await subtree.find_consumer(self.state.tree, consumer) is not None
+
+    async def _below_too(self, consumer: str) -> str | None:
+        """The child that holds the rest of a consumer this zone holds part
+        of (written across zones), else None. Only a consumer so marked is
+        looked for below; 503 when it is and a child could not say."""
+        db = self.state.db
+
+        def marked() -> bool:
+            with db.read() as conn:
+                return allocations.spans_below(conn, consumer)
+        if not await run_in_threadpool(marked):
+            return None
+        found = await subtree.find_consumer(self.state.tree, consumer)
+        return None if found is None else found.child.name
 
     async def _here(self, uuid: str) -> bool:
         """The provider is this zone's (its route's 404 was about something

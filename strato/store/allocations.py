@@ -493,6 +493,14 @@ def get_consumer_allocations(conn: Connection, consumer_uuid: str) -> ConsumerAl
     )
 
 
+def spans_below(conn: Connection, consumer_uuid: str) -> bool:
+    """Whether the consumer was written with allocations in a zone below too
+    (consumers.spans_below): a hint, the zone below may have released them."""
+    row = conn.execute(sa.select(consumers.c.spans_below)
+                       .where(consumers.c.uuid == consumer_uuid)).first()
+    return bool(row is not None and row.spans_below)
+
+
 def get_provider_allocations(conn: Connection, provider_id: int) -> ProviderAllocations:
     """Every consumer's allocations on one provider, keyed by consumer uuid."""
     a, c = allocations, consumers

@@ -471,6 +471,61 @@ def test_a_consumer_of_a_cell_is_not_given_allocations_at_the_root_too(tmp_path:
     run(tmp_path, scenario)
 
 
+async def _root_pool(root: Any) -> str:
+    r = await root.post("/resource_providers", headers={V: "placement 1.36"},
+                        json={"name": "root-pool"})
+    pool = str(r.json()["uuid"])
+    r = await root.put(f"/resource_providers/{pool}/inventories", json={
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 100}}})
+    assert r.status_code == 200, r.text
+    return pool
+
+
+def _vcpus(rps: list[str], gen: Any = "absent") -> dict[str, Any]:
+    body: dict[str, Any] = {"allocations": {rp: {"resources": {"VCPU": 1}} for rp in rps},
+                            "project_id": "p", "user_id": "u"}
+    if gen != "absent":
+        body["consumer_generation"] = gen
+    return body
+
+
+def test_a_consumer_on_the_roots_pool_and_a_cell_is_not_rewritten_at_the_root_alone(
+        tmp_path: Path) -> None:
+    """A consumer written across zones (the root's pool and a cell's host),
+    written again naming only the root's pool: Placement would replace all of
+    its allocations; the root's own route would replace only its part and
+    leave the cell's behind (a 204 with the consumer still on the host). A
+    400, nothing changed."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        d = await _uuid_of(root, "dfw-h0")
+        pool = await _root_pool(root)
+        c = str(uuid.uuid4())
+        r = await root.put(f"/allocations/{c}", headers={V: "placement 1.28"},
+                           json=_vcpus([pool, d], None))
+        assert r.status_code == 204, r.text
+        for version, gen in (("1.27", "absent"), ("1.28", 1)):
+            r = await root.put(f"/allocations/{c}", headers={V: f"placement {version}"},
+                               json=_vcpus([pool], gen))
+            assert r.status_code == 400 and "zone dfw" in r.text, r.text
+            r = await root.post("/allocations", headers={V: f"placement {version}"},
+                                json={c: _vcpus([pool], gen)})
+            assert r.status_code == 400 and "zone dfw" in r.text, r.text
+        r = await root.get(f"/allocations/{c}")
+        assert set(r.json()["allocations"]) == {pool, d}
+        assert await used(tree, "dfw") == 1
+        # Released (both parts), it is a new consumer of the pool alone.
+        assert (await root.delete(f"/allocations/{c}")).status_code == 204
+        r = await root.put(f"/allocations/{c}", headers={V: "placement 1.28"},
+                           json=_vcpus([pool], None))
+        assert r.status_code == 204, r.text
+        r = await root.put(f"/allocations/{c}", headers={V: "placement 1.28"},
+                           json=_vcpus([pool], 1))
+        assert r.status_code == 204, r.text
+        assert await used(tree, "dfw") == 0
+    run(tmp_path, scenario)
+
+
 def test_bad_allocation_bodies_at_the_root_get_the_routes_answer(tmp_path: Path) -> None:
     """A write for providers below is read as the root's own route reads it
     (415, 400) before anything is sent below: never a 500, nothing written."""
