@@ -657,9 +657,13 @@ class ProvidersBelow:
         """Refuse a write that would leave a consumer allocated in two zones:
         one that has allocations in another zone than `target` (the child the
         write goes to; None: a write across zones, which makes new consumers
-        only) may not get allocations in `target`. A new consumer (generation
-        null) found elsewhere is a 409, as Placement answers for a consumer
-        that exists; an existing one is a 400: it is changed where it is.
+        only) may not get allocations in `target`. Placement's consumer
+        generation check (1.28) comes first, against the generation
+        GET /allocations/{consumer} here shows: a stale one (null for a
+        consumer that exists, a number for one found nowhere) is a 409, as
+        Placement answers; otherwise an existing consumer is a 400: it is
+        changed where it is (Placement would move it; below 1.28, where
+        Placement checks no generation, that is the answer too).
         Children that cannot be asked are not waited for (a dead child never
         stops writes elsewhere): the consumer is looked for where it can be.
         `here_ok`: the write is made here, so a consumer of this zone is
@@ -671,27 +675,46 @@ class ProvidersBelow:
                 continue  # a release: made where the consumer is
             c = claim.consumer_uuid
             where: str | None = None
-            if await self._generation_here(c) is not None:
-                below = await self._below_too(c) if here_ok else None
-                if here_ok and below is None:
-                    continue
-                where = (self.state.tree.config.name if below is None
-                         else f"this zone and zone {below}")
+            current: int | None = None
+            asked = True  # every zone that could hold it said
+            here = await self._generation_here(c)
+            if here is not None:
+                current = here
+                if here_ok:
+                    below = await self._below_too(c)
+                    if below is None:
+                        continue
+                    where = f"this zone and zone {below}"
+                else:
+                    where = "this zone"
             else:
                 try:
                     found = await subtree.find_consumer(self.state.tree, c)
                 except errors.ServiceUnavailable:
-                    found = None
-                if found is not None and found.child.name != target:
+                    found, asked = None, False
+                if found is not None:
+                    if found.child.name == target:
+                        continue  # its zone checks its generation
                     where = f"zone {found.child.name}"
+                    given = found.body.get("consumer_generation")
+                    current = given if isinstance(given, int) else None
             if where is None:
+                if (target is None and not here_ok and asked
+                        and isinstance(claim.generation, int)):
+                    raise errors.Conflict(
+                        f"consumer generation conflict - expected null but got "
+                        f"{claim.generation} (consumer {c}: it has no allocations)",
+                        errors.CONCURRENT_UPDATE)
                 continue
-            if where == self.state.tree.config.name:
-                where = "this zone"
-            if claim.generation is None:
+            if (claim.generation is not allocations.ANY_GENERATION
+                    and claim.generation != current):
+                shown = "null" if current is None else str(current)
                 raise errors.Conflict(
-                    f"consumer generation conflict - consumer {c} already has allocations "
-                    f"in {where}: a new consumer (consumer_generation null) must not exist",
+                    f"consumer generation conflict - expected {shown} but got "
+                    f"{'null' if claim.generation is None else claim.generation} "
+                    f"(consumer {c} already has allocations in {where}"
+                    + (": a new consumer (consumer_generation null) must not exist)"
+                       if claim.generation is None else ")"),
                     errors.CONCURRENT_UPDATE)
             raise errors.BadRequest(
                 f"consumer {c} has its allocations in {where}: an existing consumer is "

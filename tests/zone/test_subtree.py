@@ -489,13 +489,67 @@ def _vcpus(rps: list[str], gen: Any = "absent") -> dict[str, Any]:
     return body
 
 
+def test_a_stale_consumer_generation_at_the_root_is_placements_409_wherever_it_is(
+        tmp_path: Path) -> None:
+    """From 1.28 Placement checks the consumer generation before anything
+    else: a stale one is a 409 concurrent_update, whichever providers the
+    write names. At the root, for a consumer held in another zone than the
+    write's (or one found nowhere, in a write across zones), that is the
+    answer too, not the 400 for a move that the right generation gets.
+    Below 1.28 there is no generation to check: a move is the 400."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        d, o = await _uuid_of(root, "dfw-h0"), await _uuid_of(root, "ord-h0")
+        pool = await _root_pool(root)
+        c = str(uuid.uuid4())
+        r = await root.put(f"/allocations/{c}", headers={V: "placement 1.28"},
+                           json=_vcpus([d], None))
+        assert r.status_code == 204, r.text
+        for rps in ([o], [pool], [pool, o], [pool, d]):
+            for version in ("1.28", "1.36"):
+                r = await root.put(f"/allocations/{c}", headers={V: f"placement {version}"},
+                                   json=_vcpus(rps, 7))
+                assert r.status_code == 409, (rps, r.text)
+                err = r.json()["errors"][0]
+                assert err["code"] == "placement.concurrent_update"
+                assert "expected 1 but got 7" in err["detail"], err
+                r = await root.post("/allocations", headers={V: f"placement {version}"},
+                                    json={c: _vcpus(rps, 7)})
+                assert r.status_code == 409, (rps, r.text)
+            # The right generation: a move, which the root does not make.
+            r = await root.put(f"/allocations/{c}", headers={V: "placement 1.28"},
+                               json=_vcpus(rps, 1))
+            assert r.status_code == 400 or rps == [pool, d], r.text
+            r = await root.put(f"/allocations/{c}", headers={V: "placement 1.27"},
+                               json=_vcpus(rps))
+            assert r.status_code == 400, r.text
+        # A consumer of the root's pool, written into a cell with a stale one.
+        mine = str(uuid.uuid4())
+        r = await root.put(f"/allocations/{mine}", headers={V: "placement 1.28"},
+                           json=_vcpus([pool], None))
+        assert r.status_code == 204, r.text
+        r = await root.put(f"/allocations/{mine}", headers={V: "placement 1.28"},
+                           json=_vcpus([d], 5))
+        assert r.status_code == 409 and "expected 1 but got 5" in r.text, r.text
+        # A consumer found nowhere, written across zones with a generation.
+        new = str(uuid.uuid4())
+        r = await root.put(f"/allocations/{new}", headers={V: "placement 1.28"},
+                           json=_vcpus([pool, d], 3))
+        assert r.status_code == 409 and "expected null but got 3" in r.text, r.text
+        assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
+        assert await used(tree, "dfw") == 1 and await used(tree, "ord") == 0
+        r = await root.get(f"/resource_providers/{pool}/usages")
+        assert r.json()["usages"]["VCPU"] == 1
+    run(tmp_path, scenario)
+
+
 def test_a_consumer_on_the_roots_pool_and_a_cell_is_not_rewritten_at_the_root_alone(
         tmp_path: Path) -> None:
     """A consumer written across zones (the root's pool and a cell's host),
     written again naming only the root's pool: Placement would replace all of
     its allocations; the root's own route would replace only its part and
     leave the cell's behind (a 204 with the consumer still on the host). A
-    400, nothing changed."""
+    400, nothing changed (a stale generation is still the 409)."""
     async def scenario(tree: InProcessTree) -> None:
         root = tree.client("global")
         d = await _uuid_of(root, "dfw-h0")
@@ -511,6 +565,9 @@ def test_a_consumer_on_the_roots_pool_and_a_cell_is_not_rewritten_at_the_root_al
             r = await root.post("/allocations", headers={V: f"placement {version}"},
                                 json={c: _vcpus([pool], gen)})
             assert r.status_code == 400 and "zone dfw" in r.text, r.text
+        r = await root.put(f"/allocations/{c}", headers={V: "placement 1.28"},
+                           json=_vcpus([pool], 4))
+        assert r.status_code == 409 and "expected 1 but got 4" in r.text, r.text
         r = await root.get(f"/allocations/{c}")
         assert set(r.json()["allocations"]) == {pool, d}
         assert await used(tree, "dfw") == 1
