@@ -74,6 +74,25 @@ def pg_db_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg_locale_db_url() -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database whose default collation is a
+    language's (ICU en-US: punctuation before letters and digits, case second),
+    as a server initialised with en_US.UTF-8 makes them."""
+    name = f"strato_loc_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = _pg_admin()
+    with admin.connect() as c:
+        c.exec_driver_sql(f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu "
+                          "ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'")
+    db = Database(pg_url(name))
+    upgrade(db)
+    db.dispose()
+    yield pg_url(name)
+    with admin.connect() as c:
+        c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+@pytest.fixture
 def sqlite_db_url(sqlite_template: Path, tmp_path: Path) -> str:
     return make_sqlite_url(sqlite_template, tmp_path)
 

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 
 from strato.model import errors
 from strato.store.schema import children, removed_children
-from strato.store.util import upsert_insert, utcnow
+from strato.store.util import bytewise, upsert_insert, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,8 @@ def _child(r: sa.Row[tuple[object, ...]]) -> Child:
 
 
 def list_children(conn: Connection) -> list[Child]:
-    return [_child(r) for r in conn.execute(sa.select(children).order_by(children.c.name))]
+    return [_child(r) for r in conn.execute(
+        sa.select(children).order_by(bytewise(conn, children.c.name)))]
 
 
 def find_child(conn: Connection, name: str) -> Child | None:

@@ -14,7 +14,7 @@ from strato.model import names as model_names
 from strato.store import changes, providers
 from strato.store.db import lock_providers
 from strato.store.schema import resource_provider_traits, traits
-from strato.store.util import slices, upsert_insert, utcnow
+from strato.store.util import bytewise, slices, upsert_insert, utcnow
 
 rpt = resource_provider_traits
 
@@ -83,7 +83,7 @@ def list_traits(conn: Connection, f: TraitFilters = TraitFilters()) -> list[Trai
     if f.associated is not None:
         used = traits.c.id.in_(sa.select(rpt.c.trait_id))
         q = q.where(used if f.associated else ~used)
-    return [_row(r) for r in conn.execute(q.order_by(traits.c.name))]
+    return [_row(r) for r in conn.execute(q.order_by(bytewise(conn, traits.c.name)))]
 
 
 def get_trait_or_none(conn: Connection, name: str, *, for_update: bool = False
@@ -138,7 +138,8 @@ def delete_trait(conn: Connection, name: str) -> None:
 
 def _provider_trait_rows(conn: Connection, provider_id: int) -> list[Trait]:
     q = (sa.select(traits).join(rpt, rpt.c.trait_id == traits.c.id)
-         .where(rpt.c.resource_provider_id == provider_id).order_by(traits.c.name))
+         .where(rpt.c.resource_provider_id == provider_id)
+         .order_by(bytewise(conn, traits.c.name)))
     return [_row(r) for r in conn.execute(q)]
 
 

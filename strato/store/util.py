@@ -29,6 +29,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 
 
+def bytewise(conn: Connection, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+    """`column` to ORDER BY in code point order, as SQLite and Python sort
+    (and Placement on MySQL sorts these names): on PostgreSQL collated "C",
+    whatever the database's locale (en_US sorts "_" before letters and digits
+    and the case second)."""
+    return column.collate("C") if conn.dialect.name == "postgresql" else column
+
+
 def upsert_insert(conn: Connection, table: sa.Table) -> Any:
     """An INSERT into `table` in this connection's dialect, which has
     `on_conflict_do_nothing` and `on_conflict_do_update` (SQLite and

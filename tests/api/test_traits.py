@@ -5,13 +5,18 @@ from __future__ import annotations
 import re
 import uuid
 
+import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from httpx import Response
 
+from strato.api.app import create_app
+from strato.config import Settings
 from strato.model.names import STANDARD_TRAITS
+from strato.store import children
 from strato.store.db import Database
 from strato.store.schema import changes
+from tests.conftest import ADMIN
 
 V1_5 = {"openstack-api-version": "placement 1.5"}
 V1_6 = {"openstack-api-version": "placement 1.6"}
@@ -324,3 +329,38 @@ def test_naming_more_traits_than_one_query_binds_is_still_a_400(any_client: Test
                        json={"resource_provider_generation": rp["generation"], "traits": names})
     assert r.status_code == 400, r.text[:300]
     assert r.json()["errors"][0]["detail"].startswith("No such trait(s): CUSTOM_NO_0, ")
+
+
+@pytest.mark.postgres
+def test_traits_list_in_the_same_order_on_a_postgresql_with_a_language_collation(
+        pg_locale_db_url: str) -> None:
+    """Names are listed by code point, as on SQLite (and Placement on MySQL's
+    binary order of these names): a PostgreSQL initialised with en_US (or
+    ICU en-US) sorts "_" before letters and digits, so it listed CUSTOM_A_B
+    before CUSTOM_A1 and CUSTOM_AB."""
+    names = ["CUSTOM_AC", "CUSTOM_A_B", "CUSTOM_AB", "CUSTOM_A1", "CUSTOM_A"]
+    db = Database(pg_locale_db_url)
+    try:
+        app = create_app(Settings(db_url=db.url), db=db, migrate=False)
+        with TestClient(app, headers=ADMIN, raise_server_exceptions=False) as c:
+            for n in names:
+                _put_trait(c, n)
+            assert _traits(c, "?name=startswith:CUSTOM_") == sorted(names)
+            assert _traits(c, "?name=in:" + ",".join(names)) == sorted(names)
+            listed = [t for t in _traits(c) if t.startswith("CUSTOM_")]
+            assert listed == sorted(names)
+            r = c.post("/resource_providers", json={"name": "h1"})
+            rp = r.json()["uuid"]
+            r = c.put(f"/resource_providers/{rp}/traits",
+                      json={"resource_provider_generation": 0, "traits": names})
+            assert r.status_code == 200, r.text
+            assert r.json()["traits"] == sorted(names)
+            assert c.get(f"/resource_providers/{rp}/traits").json()["traits"] == sorted(names)
+        kids = ["dfw-b", "dfw_a", "dfw1", "dfwa", "Dfw-c"]
+        with db.write() as conn:
+            for k in kids:
+                children.upsert_child(conn, k, f"http://127.0.0.1:1/{k}", None, (), None)
+        with db.read() as conn:
+            assert [k.name for k in children.list_children(conn)] == sorted(kids)
+    finally:
+        db.dispose()
