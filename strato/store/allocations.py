@@ -97,13 +97,14 @@ def claim(conn: Connection, claims: Sequence[ConsumerClaim]) -> ClaimResult:
     if len(set(consumer_uuids)) != len(consumer_uuids):
         raise errors.BadRequest("a consumer appears more than once in one write")
     rc_names = {rc for c in claims for per_rp in c.allocations.values() for rc in per_rp}
-    try:
-        rc_ids = ids_by_name(conn, rc_names)
-    except errors.BadRequest as exc:
-        raise errors.BadRequest(f"Unable to allocate inventory for consumer "
-                                f"{', '.join(consumer_uuids)}: {exc.detail}") from None
     raw = Raw(conn)
     try:
+        try:
+            rc_ids = ids_by_name(conn, rc_names)
+        except errors.BadRequest as exc:
+            _check_consumer_generations(raw, claims)  # Placement's 409 comes first
+            raise errors.BadRequest(f"Unable to allocate inventory for consumer "
+                                    f"{', '.join(consumer_uuids)}: {exc.detail}") from None
         return _claim(conn, raw, claims, consumer_uuids, rc_ids)
     finally:
         raw.close()
@@ -133,6 +134,9 @@ def _claim(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim],
     named = {u: i for i, u in rows if u in new_rp_uuids}
     missing = sorted(new_rp_uuids - named.keys())
     if missing:
+        # Placement checks the consumers' generations before it looks the
+        # providers up: a stale one is its 409, whatever the providers.
+        _check_consumer_generations(raw, claims)
         raise errors.BadRequest(
             f"Allocation for resource provider '{missing[0]}' that does not exist.")
     affected_ids = sorted({i for i, _ in rows})
@@ -142,6 +146,7 @@ def _claim(conn: Connection, raw: Raw, claims: Sequence[ConsumerClaim],
         affected_ids = sorted(uuid_of)
         gone = sorted(u for u, i in named.items() if i not in uuid_of)
         if gone:  # deleted while this write waited for its lock
+            _check_consumer_generations(raw, claims)
             raise errors.BadRequest(
                 f"Allocation for resource provider '{gone[0]}' that does not exist.")
 

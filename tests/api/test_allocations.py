@@ -308,6 +308,34 @@ def test_provider_and_class_must_exist(client: TestClient) -> None:
     assert client.get(f"/resource_providers/{rp}/allocations").json()["allocations"] == {}
 
 
+def test_a_stale_consumer_generation_is_409_before_a_missing_provider_or_class(
+        any_client: TestClient) -> None:
+    """Placement checks the consumer generation (1.28+) before it looks the
+    providers and classes up: a stale one is its 409 concurrent_update even
+    when the write also names a provider or class that does not exist (those
+    are the 400 once the generation is right), by PUT and by POST."""
+    client = any_client
+    rp = make_provider(client, "cn", VCPU=8)
+    c, new = consumer(), consumer()
+    assert client.put(f"/allocations/{c}", json=body({rp: {"VCPU": 1}})).status_code == 204
+    gone = str(uuid.uuid4())
+    for allocs in ({gone: {"VCPU": 1}}, {rp: {"CUSTOM_NOPE": 1}}):
+        for who, stale, shown in ((c, 5, "expected 1 but got 5"),
+                                  (c, None, "expected 1 but got None"),
+                                  (new, 3, "expected null but got 3")):
+            r = client.put(f"/allocations/{who}", json=body(allocs, stale))
+            assert r.status_code == 409, (allocs, who, r.text)
+            assert error(r)["code"] == "placement.concurrent_update"
+            assert shown in error(r)["detail"]
+            r = client.post("/allocations", json={who: body(allocs, stale)})
+            assert r.status_code == 409, (allocs, who, r.text)
+        r = client.put(f"/allocations/{c}", json=body(allocs, 1))
+        assert r.status_code == 400, r.text
+        r = client.post("/allocations", json={new: body(allocs, None)})
+        assert r.status_code == 400, r.text
+    assert client.get(f"/allocations/{c}").json()["consumer_generation"] == 1
+
+
 def test_bad_input_is_400_and_changes_nothing(any_client: TestClient) -> None:
     rp = make_provider(any_client, "cn", VCPU=8)
     c = consumer()
