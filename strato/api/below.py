@@ -711,8 +711,7 @@ class ProvidersBelow:
                 shown = "null" if current is None else str(current)
                 raise errors.Conflict(
                     f"consumer generation conflict - expected {shown} but got "
-                    f"{'null' if claim.generation is None else claim.generation} "
-                    f"(consumer {c} already has allocations in {where}"
+                    f"{claim.generation} (consumer {c} already has allocations in {where}"
                     + (": a new consumer (consumer_generation null) must not exist)"
                        if claim.generation is None else ")"),
                     errors.CONCURRENT_UPDATE)

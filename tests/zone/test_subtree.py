@@ -505,6 +505,10 @@ def test_a_stale_consumer_generation_at_the_root_is_placements_409_wherever_it_i
         r = await root.put(f"/allocations/{c}", headers={V: "placement 1.28"},
                            json=_vcpus([d], None))
         assert r.status_code == 204, r.text
+        # Worded as Placement words it (and as a cell's own route does).
+        r = await root.put(f"/allocations/{c}", headers={V: "placement 1.28"},
+                           json=_vcpus([o], None))
+        assert r.status_code == 409 and "expected 1 but got None" in r.text, r.text
         for rps in ([o], [pool], [pool, o], [pool, d]):
             for version in ("1.28", "1.36"):
                 r = await root.put(f"/allocations/{c}", headers={V: f"placement {version}"},
