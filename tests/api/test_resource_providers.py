@@ -173,3 +173,27 @@ def test_an_empty_name_is_a_name(any_client: TestClient) -> None:
     assert r.status_code == 409 and r.json()["errors"][0]["code"] == "placement.duplicate_name"
     r = any_client.get("/resource_providers", params={"name": ""})
     assert [p["name"] for p in r.json()["resource_providers"]] == [""]
+
+
+def test_a_write_to_a_provider_that_does_not_exist_is_404_before_its_body_is_read(
+        client: TestClient) -> None:
+    """Placement looks the provider up before it reads the body of these
+    writes: a provider that does not exist is the 404 whatever the body
+    (malformed, empty, or not as the schema wants); one that exists gets the
+    400. A media type other than JSON is the 415 first, as in Placement."""
+    real = str(_create(client, "cn1")["uuid"])
+    nope = str(uuid.uuid4())
+    json_type = {"content-type": "application/json"}
+    paths = ["", "/inventories", "/inventories/VCPU", "/aggregates"]
+    for path in paths:
+        for method in (["PUT", "POST"] if path == "/inventories" else ["PUT"]):
+            for content in (b"{not json", b"", b'{"bad": 1}'):
+                r = client.request(method, f"/resource_providers/{nope}{path}",
+                                   content=content, headers=json_type)
+                assert r.status_code == 404, (method, path, content, r.text)
+                r = client.request(method, f"/resource_providers/{real}{path}",
+                                   content=content, headers=json_type)
+                assert r.status_code == 400, (method, path, content, r.text)
+            r = client.request(method, f"/resource_providers/{nope}{path}",
+                               content=b"{}", headers={"content-type": "text/plain"})
+            assert r.status_code == 415, (method, path, r.text)

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps
-from strato.api.body import read_json, shown, validate
+from strato.api.body import read_json_later, shown, validate
 from strato.api.microversion import V1_1, V1_15, V1_19, Version, require
 from strato.api.responses import cache_headers, json_response
 from strato.api.routes.inventories import provider_or_404
@@ -78,17 +78,17 @@ def list_aggregates(request: Request, uuid: str) -> Response:
 async def update_aggregates(request: Request, uuid: str) -> Response:
     v = require(request, V1_1)
     deps.authorize(request, "placement:resource_providers:aggregates:update")
-    raw = await read_json(request)
+    raw = await read_json_later(request)
 
     def job(conn: Connection) -> tuple[list[str], int]:
-        # Placement answers 404 for an unknown provider before looking at the body.
+        # Placement answers 404 for an unknown provider before reading the body.
         p = provider_or_404(conn, uuid)
         generation: int | None = None
         if v >= V1_19:
-            body = validate(UpdateAggregates, raw)
+            body = validate(UpdateAggregates, raw())
             uuids, generation = body.aggregates, body.resource_provider_generation
         else:
-            uuids = validate(AggregateList, raw).root
+            uuids = validate(AggregateList, raw()).root
         _refuse_duplicates(uuids)
         return uuids, store.set_aggregates(conn, p, uuids, generation=generation)
     uuids, gen = await deps.write(request, job)

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps, query
-from strato.api.body import read_json, validate
+from strato.api.body import read_json_later, validate
 from strato.api.microversion import V1_5, V1_15, V1_26, version
 from strato.api.responses import cache_headers, json_response
 from strato.model import errors
@@ -128,12 +128,12 @@ def list_inventories(request: Request, uuid: str) -> Response:
 @router.put(BASE)
 async def update_inventories(request: Request, uuid: str) -> Response:
     deps.authorize(request, "placement:resource_providers:inventories:update")
-    raw = await read_json(request)
+    raw = await read_json_later(request)
 
     def job(conn: Connection) -> tuple[dict[str, Inventory], int]:
-        # Placement answers 404 for an unknown provider before looking at the body.
+        # Placement answers 404 for an unknown provider before reading the body.
         p = provider_or_404(conn, uuid)
-        body = validate(UpdateInventories, raw)
+        body = validate(UpdateInventories, raw())
         providers.check_generation(p, body.resource_provider_generation)
         invs = {rc: rec.to_inventory(rc) for rc, rec in body.inventories.items()}
         _check(request, p, list(invs.values()))
@@ -145,11 +145,11 @@ async def update_inventories(request: Request, uuid: str) -> Response:
 @router.post(BASE)
 async def create_inventory(request: Request, uuid: str) -> Response:
     deps.authorize(request, "placement:resource_providers:inventories:create")
-    raw = await read_json(request)
+    raw = await read_json_later(request)
 
     def job(conn: Connection) -> tuple[providers.Provider, Inventory, int]:
         p = provider_or_404(conn, uuid)
-        body = validate(CreateInventory, raw)
+        body = validate(CreateInventory, raw())
         inv = body.to_inventory(body.resource_class)
         _check(request, p, [inv])
         return p, inv, store.add_inventory(conn, p, inv)
@@ -184,11 +184,11 @@ def get_inventory(request: Request, uuid: str, resource_class: str) -> Response:
 @router.put(BASE + "/{resource_class}")
 async def update_inventory(request: Request, uuid: str, resource_class: str) -> Response:
     deps.authorize(request, "placement:resource_providers:inventories:update")
-    raw = await read_json(request)
+    raw = await read_json_later(request)
 
     def job(conn: Connection) -> tuple[Inventory, int]:
         p = provider_or_404(conn, uuid)
-        body = validate(UpdateInventory, raw)
+        body = validate(UpdateInventory, raw())
         providers.check_generation(p, body.resource_provider_generation)
         inv = body.to_inventory(resource_class)
         _check(request, p, [inv])

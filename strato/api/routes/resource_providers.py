@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from strato.api import deps, query
-from strato.api.body import read_model, shown
+from strato.api.body import read_json_later, read_model, shown, validate
 from strato.api.microversion import (
     V1_1,
     V1_3,
@@ -139,11 +139,14 @@ def get_resource_provider(request: Request, uuid: str) -> Response:
 async def update_resource_provider(request: Request, uuid: str) -> Response:
     deps.authorize(request, "placement:resource_providers:update")
     v = version(request)
-    data: UpdateProvider | UpdateProviderV1_0 = await read_model(
-        request, UpdateProvider if v >= V1_14 else UpdateProviderV1_0)
+    raw = await read_json_later(request)
 
     def job(conn: Connection) -> store.Provider:
+        # Placement answers 404 for an unknown provider before reading the body.
         current = store.get_provider(conn, uuid)
+        data: UpdateProvider | UpdateProviderV1_0 = (
+            validate(UpdateProvider, raw()) if v >= V1_14
+            else validate(UpdateProviderV1_0, raw()))
         parent = current.parent_provider_uuid
         if "parent_provider_uuid" in data.model_fields_set:
             parent = _canonical(getattr(data, "parent_provider_uuid", None))
