@@ -1009,12 +1009,18 @@ async def _answer(reply: Reply, scope: Scope, receive: Receive, send: Send) -> N
     child was asked at the client's microversion) and Location (made this
     zone's: the path, which this zone serves too). An
     error's `code` is left out below microversion 1.23, as this zone's own
-    errors are (the child was asked as a zone, which always says it)."""
+    errors are (the child was asked as a zone, which always says it), and
+    its `request_id` is this zone's, the one the answer's header carries (as
+    Placement's error names its own request)."""
     body = reply.body
-    if (reply.status >= 400 and not ERROR_CODES.get() and isinstance(body, dict)
+    if (reply.status >= 400 and isinstance(body, dict)
             and isinstance(body.get("errors"), list)):
-        body = {**body, "errors": [{k: v for k, v in e.items() if k != "code"}
-                                   if isinstance(e, dict) else e for e in body["errors"]]}
+        rid = scope.get(REQUEST_ID_KEY)
+        drop = set() if ERROR_CODES.get() else {"code"}
+        body = {**body, "errors": [
+            {k: (rid if k == "request_id" and isinstance(rid, str) else v)
+             for k, v in e.items() if k not in drop}
+            if isinstance(e, dict) else e for e in body["errors"]]}
     content = json.dumps(body).encode() if body is not None else b""
     headers = {}
     after = reply.headers.get("retry-after", "")

@@ -587,6 +587,30 @@ def test_a_consumer_on_the_roots_pool_and_a_cell_is_not_rewritten_at_the_root_al
     run(tmp_path, scenario)
 
 
+def test_a_cells_error_passed_on_by_the_root_carries_the_roots_request_id(
+        tmp_path: Path) -> None:
+    """Placement's error body names the request id its answer's
+    x-openstack-request-id header carries: a cell's refusal the root passes
+    on names the root's (the one the client sees), not the cell's own."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        d = await _uuid_of(root, "dfw-h0")
+        h = {V: "placement 1.28"}
+        answers = [
+            await root.put(f"/resource_providers/{d}/traits", headers=h,
+                           json={"resource_provider_generation": 99, "traits": []}),
+            await root.post(f"/resource_providers/{d}/inventories", headers=h,
+                            json={"resource_class": "CUSTOM_NOPE", "total": 3}),
+            await root.put(f"/allocations/{uuid.uuid4()}", headers=h,
+                           json=_vcpus([d], 4)),
+        ]
+        for r in answers:
+            assert r.status_code in (400, 409), r.text
+            rid = r.headers["x-openstack-request-id"]
+            assert [e["request_id"] for e in r.json()["errors"]] == [rid], r.text
+    run(tmp_path, scenario)
+
+
 def test_bad_allocation_bodies_at_the_root_get_the_routes_answer(tmp_path: Path) -> None:
     """A write for providers below is read as the root's own route reads it
     (415, 400) before anything is sent below: never a 500, nothing written."""
