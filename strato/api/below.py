@@ -44,7 +44,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strato.api import deps, microversion
 from strato.api.middleware import replay_body
 from strato.api.query import capped_int
-from strato.api.responses import ERROR_CODES, REQUEST_ID_KEY, strato_error_response
+from strato.api.responses import (
+    ERROR_CODES,
+    REQUEST_ID_KEY,
+    error_media_type,
+    error_response,
+    strato_error_response,
+)
 from strato.api.routes import allocations as allocation_routes
 from strato.api.routes import reshaper as reshaper_routes
 from strato.model import errors
@@ -138,7 +144,6 @@ class ProvidersBelow:
             status, headers, body = await self._named_below(scope, status, headers, body)
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         query = scope.get("query_string", b"").decode("latin-1")
-        rid = scope.get(REQUEST_ID_KEY)
         try:
             if item is None:
                 if status != 200:
@@ -153,7 +158,7 @@ class ProvidersBelow:
             reply = await subtree.provider_route(tree, self.owners, item.group(1).lower(),
                                                  full, version)
         except errors.StratoError as exc:
-            resp: Response = strato_error_response(exc, rid if isinstance(rid, str) else None)
+            resp: Response = _refusal(exc, scope)
             await resp(scope, receive, send)
             return
         if reply is None:
@@ -176,19 +181,17 @@ class ProvidersBelow:
         if item is None or not await self.state.tree.children():
             await self.app(scope, receive, send)
             return
-        rid = scope.get(REQUEST_ID_KEY)
-        rid = rid if isinstance(rid, str) else None
         try:
             body = await _read(receive)
         except errors.StratoError as exc:  # too large: the limit's 413
-            await strato_error_response(exc, rid)(scope, receive, send)
+            await _refusal(exc, scope)(scope, receive, send)
             return
         new_name = None
         if scope["method"] == "PUT" and scope["path"] == f"/resource_providers/{item.group(1)}":
             try:
                 deps.authorize(Request(scope), "placement:resource_providers:update")
             except errors.StratoError as exc:
-                await strato_error_response(exc, rid)(scope, receive, send)
+                await _refusal(exc, scope)(scope, receive, send)
                 return
             renamed = _parsed_or_none(body)
             new_name = renamed.get("name") if isinstance(renamed, dict) else None
@@ -196,11 +199,10 @@ class ProvidersBelow:
         # the look for it in the tree to the write.
         async with self._name_locks.hold([f"name:{new_name}"] if isinstance(new_name, str)
                                          else []):
-            await self._write_item(scope, receive, send, item, body, new_name, rid)
+            await self._write_item(scope, receive, send, item, body, new_name)
 
     async def _write_item(self, scope: Scope, receive: Receive, send: Send,
-                          item: re.Match[str], body: bytes, new_name: Any,
-                          rid: str | None) -> None:
+                          item: re.Match[str], body: bytes, new_name: Any) -> None:
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         uuid = item.group(1).lower()
         if isinstance(new_name, str):
@@ -212,7 +214,7 @@ class ProvidersBelow:
                     await self._refuse_taken(version, name=new_name, renamed=uuid,
                                              here_too=not current[1])
             except errors.StratoError as exc:
-                await strato_error_response(exc, rid)(scope, receive, send)
+                await _refusal(exc, scope)(scope, receive, send)
                 return
         status, headers, answer = await _capture(self.app, scope, replay_body(body, receive))
         if status != 404 or await self._here(item.group(1)):
@@ -221,7 +223,7 @@ class ProvidersBelow:
         try:
             parsed = _json_body(scope, body) if body else None
         except errors.StratoError as exc:  # 415 or 400, as this zone's own route
-            await strato_error_response(exc, rid)(scope, receive, send)
+            await _refusal(exc, scope)(scope, receive, send)
             return
         query = scope.get("query_string", b"").decode("latin-1")
         try:
@@ -229,7 +231,7 @@ class ProvidersBelow:
                 self.state.tree, self.owners, uuid, scope["method"],
                 scope["path"] + (f"?{query}" if query else ""), parsed, version)
         except errors.StratoError as exc:
-            await strato_error_response(exc, rid)(scope, receive, send)
+            await _refusal(exc, scope)(scope, receive, send)
             return
         if reply is None:
             await _replay(status, headers, answer, scope, receive, send)
@@ -267,8 +269,8 @@ class ProvidersBelow:
             await self.app(scope, receive, send)
             return
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
-        rid, raw = await _authorized_body(scope, receive, send,
-                                          "placement:resource_providers:create")
+        raw = await _authorized_body(scope, receive, send,
+                                     "placement:resource_providers:create")
         if raw is None:
             return
         try:
@@ -280,11 +282,10 @@ class ProvidersBelow:
             return
         keys = [f"{k}:{body.get(k)}" for k in ("name", "uuid") if isinstance(body.get(k), str)]
         async with self._name_locks.hold(keys):
-            await self._create_checked(scope, receive, send, body, raw, version, rid)
+            await self._create_checked(scope, receive, send, body, raw, version)
 
     async def _create_checked(self, scope: Scope, receive: Receive, send: Send,
-                              body: dict[str, Any], raw: bytes, version: str,
-                              rid: str | None) -> None:
+                              body: dict[str, Any], raw: bytes, version: str) -> None:
         tree = self.state.tree
         parent = body.get("parent_provider_uuid")
         below = (isinstance(parent, str) and _UUID.fullmatch(parent) is not None
@@ -296,7 +297,7 @@ class ProvidersBelow:
                                                   "/resource_providers", body, version)
                      if below and isinstance(parent, str) else None)
         except errors.StratoError as exc:
-            await strato_error_response(exc, rid)(scope, receive, send)
+            await _refusal(exc, scope)(scope, receive, send)
             return
         if reply is None:  # made here (or this zone's route says why not)
             await self.app(scope, replay_body(raw, receive), send)
@@ -314,7 +315,7 @@ class ProvidersBelow:
             return
         found = scope.get(microversion.SCOPE_KEY)
         v = found if isinstance(found, microversion.Version) else microversion.MIN_VERSION
-        rid, raw = await _authorized_body(scope, receive, send, "placement:reshaper:reshape")
+        raw = await _authorized_body(scope, receive, send, "placement:reshaper:reshape")
         if raw is None:
             return
         try:
@@ -347,7 +348,7 @@ class ProvidersBelow:
             await self.app(scope, replay_body(raw, receive), send)
             return
         except errors.StratoError as exc:
-            await strato_error_response(exc, rid)(scope, receive, send)
+            await _refusal(exc, scope)(scope, receive, send)
             return
         await _answer(reply, scope, receive, send)
 
@@ -400,11 +401,10 @@ class ProvidersBelow:
         if not await self.state.tree.children():
             await self.app(scope, receive, send)
             return
-        rid = scope.get(REQUEST_ID_KEY)
         try:
             body = await _read(receive)
         except errors.StratoError as exc:
-            await strato_error_response(exc, rid if isinstance(rid, str) else None)(
+            await _refusal(exc, scope)(
                 scope, receive, send)
             return
         status, headers, answer = await _capture(self.app, scope, replay_body(body, receive))
@@ -555,8 +555,6 @@ class ProvidersBelow:
         if not await tree.children():
             await self.app(scope, receive, send)
             return
-        rid = scope.get(REQUEST_ID_KEY)
-        rid = rid if isinstance(rid, str) else None
         try:
             # The route's own policy, before anything is sent below (a child
             # is called with this zone's credential, not the caller's).
@@ -564,7 +562,7 @@ class ProvidersBelow:
                            if scope["method"] == "PUT" else "placement:allocations:manage")
             raw = await _read(receive)
         except errors.StratoError as exc:
-            await strato_error_response(exc, rid)(scope, receive, send)
+            await _refusal(exc, scope)(scope, receive, send)
             return
         valid = _valid_claims(scope, raw)
         if valid is None:
@@ -580,12 +578,12 @@ class ProvidersBelow:
         if not named:
             consumer = _CONSUMER.match(scope["path"])
             if named is not None and consumer is None and body:
-                await self._empty_all(body, raw, scope, receive, send, rid)
+                await self._empty_all(body, raw, scope, receive, send)
                 return
             if named is None or consumer is None:
                 await self.app(scope, replay_body(raw, receive), send)
                 return
-            await self._release(consumer.group(1).lower(), body, raw, scope, receive, send, rid)
+            await self._release(consumer.group(1).lower(), body, raw, scope, receive, send)
             return
         here = {u for u in named if await self._here(u)}
         if here == named:
@@ -597,7 +595,7 @@ class ProvidersBelow:
                             "remove them with DELETE /allocations/{consumer} or an empty "
                             "PUT, not in a POST that writes others")
             except errors.StratoError as exc:
-                await strato_error_response(exc, rid)(scope, receive, send)
+                await _refusal(exc, scope)(scope, receive, send)
                 return
             # A consumer of a zone below is not given allocations here too
             # (nor made here while a write makes it below).
@@ -605,16 +603,16 @@ class ProvidersBelow:
                 try:
                     await self._refuse_elsewhere(claims, None, here_ok=True)
                 except errors.StratoError as exc:
-                    await strato_error_response(exc, rid)(scope, receive, send)
+                    await _refusal(exc, scope)(scope, receive, send)
                     return
                 await self.app(scope, replay_body(raw, receive), send)
             return
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         if not _sendable(body):
-            await strato_error_response(errors.BadRequest(
+            await _refusal(errors.BadRequest(
                 "JSON does not validate: an integer past 64 bits (an amount or a "
                 "generation) cannot be sent to the zone below that has these providers"),
-                rid)(scope, receive, send)
+                scope)(scope, receive, send)
             return
         try:
             owner = await subtree.owner_of(tree, self.owners,
@@ -648,7 +646,7 @@ class ProvidersBelow:
                     for c in _consumers(scope["path"], body):
                         tree.consumer_zones.learn(c, owner.child.name)
         except errors.StratoError as exc:
-            await strato_error_response(exc, rid)(scope, receive, send)
+            await _refusal(exc, scope)(scope, receive, send)
             return
         await _answer(reply, scope, receive, send)
 
@@ -737,14 +735,13 @@ class ProvidersBelow:
         await writes.write(self.state.tree, claims, owner)
 
     async def _release(self, consumer: str, body: Any, raw: bytes, scope: Scope,
-                       receive: Receive, send: Send, rid: str | None) -> None:
+                       receive: Receive, send: Send) -> None:
         """An empty PUT: the consumer's allocations are removed where they are
         (here if it has any here; else in the zone below that holds it; both
         for a consumer on a pool here and a host below)."""
         generation = await self._generation_here(consumer)
         if generation is not None:
-            await self._release_both(consumer, generation, body, raw, scope, receive, send,
-                                     rid)
+            await self._release_both(consumer, generation, body, raw, scope, receive, send)
             return
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         try:
@@ -755,12 +752,12 @@ class ProvidersBelow:
             reply = await subtree.send_to(self.state.tree, found.child, "PUT", scope["path"],
                                           body, version, f"consumer {consumer}")
         except errors.StratoError as exc:
-            await strato_error_response(exc, rid)(scope, receive, send)
+            await _refusal(exc, scope)(scope, receive, send)
             return
         await _answer(reply, scope, receive, send)
 
     async def _empty_all(self, body: Any, raw: bytes, scope: Scope, receive: Receive,
-                         send: Send, rid: str | None) -> None:
+                         send: Send) -> None:
         """A `POST /allocations` that only empties consumers: made where they
         are. All here (or nowhere): this zone's route; all in one child: that
         child, with the client's body (it checks their generations, all or
@@ -805,13 +802,13 @@ class ProvidersBelow:
             await self.app(scope, replay_body(raw, receive), send)
             return
         except errors.StratoError as exc:
-            await strato_error_response(exc, rid)(scope, receive, send)
+            await _refusal(exc, scope)(scope, receive, send)
             return
         await _answer(reply, scope, receive, send)
 
     async def _release_both(self, consumer: str, generation: int | None, body: Any,
-                            raw: bytes, scope: Scope, receive: Receive, send: Send,
-                            rid: str | None) -> None:
+                            raw: bytes, scope: Scope, receive: Receive, send: Send
+                            ) -> None:
         """A consumer with allocations here, and perhaps below too (a pool here
         and a host below): the client's consumer generation is this zone's
         (as GET /allocations/{consumer} shows it); when it matches, the part
@@ -826,7 +823,7 @@ class ProvidersBelow:
         try:
             await subtree.delete_consumer(self.state.tree, consumer)
         except errors.StratoError as exc:
-            await strato_error_response(exc, rid)(scope, receive, send)
+            await _refusal(exc, scope)(scope, receive, send)
             return
         await self.app(scope, replay_body(raw, receive), send)
 
@@ -953,18 +950,16 @@ async def _rewritten(headers: list[tuple[bytes, bytes]], content: bytes, missing
 
 
 async def _authorized_body(scope: Scope, receive: Receive, send: Send, action: str
-                           ) -> tuple[str | None, bytes | None]:
-    """The request id and the body of a write `action` allows its caller
-    (checked before anything is read or sent below); None for the body when
-    the caller was answered (403, 413)."""
-    rid = scope.get(REQUEST_ID_KEY)
-    rid = rid if isinstance(rid, str) else None
+                           ) -> bytes | None:
+    """The body of a write `action` allows its caller (checked before
+    anything is read or sent below); None when the caller was answered (403,
+    413)."""
     try:
         deps.authorize(Request(scope), action)
-        return rid, await _read(receive)
+        return await _read(receive)
     except errors.StratoError as exc:
-        await strato_error_response(exc, rid)(scope, receive, send)
-        return rid, None
+        await _refusal(exc, scope)(scope, receive, send)
+        return None
 
 
 def _incomplete(missing: list[str]) -> tuple[bytes, bytes]:
@@ -1003,6 +998,22 @@ def _consumers(path: str, body: Any) -> list[str]:
     return [str(c).lower() for c in body] if isinstance(body, dict) else []
 
 
+def _refusal(exc: errors.StratoError, scope: Scope) -> Response:
+    """This zone's refusal as its routes answer one: with its request id, in
+    the format the client's `Accept` prefers (Placement's JSON, or webob's
+    HTML or plain text page)."""
+    rid = scope.get(REQUEST_ID_KEY)
+    return strato_error_response(exc, rid if isinstance(rid, str) else None,
+                                 accept=_accept(scope))
+
+
+def _accept(scope: Scope) -> str | None:
+    for k, v in scope.get("headers") or ():
+        if k.lower() == b"accept":
+            return str(v.decode("latin-1"))
+    return None
+
+
 async def _answer(reply: Reply, scope: Scope, receive: Receive, send: Send) -> None:
     """A child's answer, as it answered: its body, its Retry-After, its cache
     headers (`Cache-Control`, `Last-Modified`: Placement's from 1.15, and the
@@ -1035,6 +1046,16 @@ async def _answer(reply: Reply, scope: Scope, receive: Receive, send: Send) -> N
         parts = urlsplit(location)
         if parts.path.startswith("/"):
             headers["location"] = parts.path + (f"?{parts.query}" if parts.query else "")
+    accept = _accept(scope)
+    if (isinstance(body, dict) and body.get("errors")
+            and error_media_type(accept) != "application/json"):
+        # The page Placement (webob) makes of an error when Accept prefers one.
+        first = body["errors"][0] if isinstance(body["errors"], list) else None
+        if isinstance(first, dict):
+            await error_response(reply.status, str(first.get("title", "")),
+                                 str(first.get("detail", "")), str(first.get("code", "")),
+                                 None, headers, accept)(scope, receive, send)
+            return
     out = Response(content=content, status_code=reply.status, headers=headers,
                    media_type="application/json" if content else None)
     await out(scope, receive, send)

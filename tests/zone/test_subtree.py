@@ -611,6 +611,33 @@ def test_a_cells_error_passed_on_by_the_root_carries_the_roots_request_id(
     run(tmp_path, scenario)
 
 
+def test_an_error_at_the_root_is_the_page_accept_asks_for_as_from_a_cell(
+        tmp_path: Path) -> None:
+    """Placement (webob) answers an error as an HTML or plain-text page when
+    the request's Accept prefers one: so does a cell, and so does the root
+    for a cell's refusal it passes on and for its own (it sent JSON)."""
+    async def scenario(tree: InProcessTree) -> None:
+        root, dfw = tree.client("global"), tree.client("dfw")
+        d, o = await _uuid_of(root, "dfw-h0"), await _uuid_of(root, "ord-h0")
+        c = str(uuid.uuid4())
+        r = await root.put(f"/allocations/{c}", headers={V: "placement 1.28"},
+                           json=_vcpus([d], None))
+        assert r.status_code == 204, r.text
+        for accept, media in (("text/html", "text/html"), ("text/plain", "text/plain")):
+            h = {V: "placement 1.28", "accept": accept}
+            stale = {"resource_provider_generation": 99, "traits": []}
+            mine = await dfw.put(f"/resource_providers/{d}/traits", headers=h, json=stale)
+            got = await root.put(f"/resource_providers/{d}/traits", headers=h, json=stale)
+            assert got.status_code == mine.status_code == 409
+            assert got.headers["content-type"].startswith(media), got.text
+            assert got.text == mine.text
+            own = await root.put(f"/allocations/{c}", headers=h, json=_vcpus([o], 1))
+            assert own.status_code == 400, own.text
+            assert own.headers["content-type"].startswith(media), own.text
+            assert "changed where it is" in own.text
+    run(tmp_path, scenario)
+
+
 def test_bad_allocation_bodies_at_the_root_get_the_routes_answer(tmp_path: Path) -> None:
     """A write for providers below is read as the root's own route reads it
     (415, 400) before anything is sent below: never a 500, nothing written."""
