@@ -44,3 +44,10 @@ def test_command_lists_are_not_cut_at_80_columns(group: tuple[str, ...]) -> None
 def test_repeatable_options_say_what_they_take(command: tuple[str, ...]) -> None:
     text = _help(*command)
     assert "list[str]" not in text, text
+
+
+def test_python_m_strato_is_the_strato_command() -> None:
+    out = subprocess.run([sys.executable, "-m", "strato", "--version"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("strato "), out.stderr
+    assert "No module named" not in out.stderr
