@@ -130,24 +130,40 @@ def default_map(args: Sequence[str], environ: Mapping[str, str],
 
 
 def effective(command: Command, from_file: Mapping[str, Any],
-              environ: Mapping[str, str]) -> list[tuple[str, str, str, str]]:
+              environ: Mapping[str, str]) -> list[tuple[str, Any, str, str]]:
     """(option, value, source, environment variable) for every setting of
-    `command`, as `strato serve` would resolve them without flags."""
+    `command`, as `strato serve` would resolve them without flags: the value
+    as the option takes it (a number, true or false, a list; None for unset),
+    secrets masked. ConfigError names a variable `strato serve` would refuse."""
     rows = []
     for name, p in sorted(options(command).items()):
         if name in ("config", "help"):
             continue
         envvar = p.envvar if isinstance(p.envvar, str) else None
         if envvar and environ.get(envvar) not in (None, ""):
-            value: Any = environ[envvar]
+            value: Any = _from_env(envvar, environ[envvar], p)
             source = "environment"
         elif name in from_file:
             value, source = from_file[name], "file"
         else:
             value, source = p.default, "default"
-        shown = "****" if name in SECRETS and value not in (None, "") else _show(value)
+        if isinstance(value, tuple):
+            value = list(value)
+        shown = "****" if name in SECRETS and value not in (None, "") else value
         rows.append((p.opts[0], shown, source, envvar or ""))
     return rows
+
+
+def _from_env(envvar: str, raw: str, param: Any) -> Any:
+    """A variable's text as the option takes it (as `strato serve` reads it),
+    or ConfigError naming the variable."""
+    coerce = param.get_runtime_param().coerce
+    try:
+        if param.multiple:
+            return [coerce(v, param=param, ctx=None) for v in param.split_envvar_value(raw)]
+        return coerce(raw, param=param, ctx=None)
+    except typer.BadParameter as exc:
+        raise ConfigError(f"{envvar}={raw!r}: {exc.message}") from None
 
 
 def _show(value: Any) -> str:
@@ -182,14 +198,20 @@ def show(ctx: typer.Context,
                                                 f"{escape(str(exc))}",
                                                 soft_wrap=True)
             raise typer.Exit(2) from None
-    rows = effective(serve, from_file, os.environ)
+    try:
+        rows = effective(serve, from_file, os.environ)
+    except ConfigError as exc:
+        consoles.console(stderr=True).print(f"[red]invalid environment[/]: "
+                                            f"{escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
     if as_json:
+        # Values as JSON has them: numbers, true/false, lists, null for unset.
         print(json.dumps([{"option": o, "value": v, "source": s, "env": e}
                           for o, v, s, e in rows], indent=2))
         return
     t = Table(title=f"strato serve settings ({config or 'no file'})")
     for col in ("option", "value", "from", "environment"):
         t.add_column(col)
-    for row in rows:
-        t.add_row(*row)
+    for option, value, source, envvar in rows:
+        t.add_row(option, _show(value), source, envvar)
     consoles.console().print(t)

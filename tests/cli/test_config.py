@@ -33,16 +33,45 @@ def test_show_says_where_each_setting_comes_from(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     got = settings(r.stdout)
     assert got["--zone"] == ("dfw", "file")
-    assert got["--child-timeout"] == ("3.0", "file")
-    assert got["--tag"] == ("hipaa", "file")
+    assert got["--child-timeout"] == (3.0, "file")
+    assert got["--tag"] == (["hipaa"], "file")
     assert got["--location-prefix"] == ("dfw", "file")
     assert got["--policy"] == ("secure", "environment")
-    assert got["--port"] == ("8780", "default")
+    assert got["--port"] == (8780, "default")
     assert got["--auth-token"] == ("****", "file")
     assert "s3cret" not in r.stdout
     # The environment wins over the file.
     r = run("config", "show", "--json", env={"STRATO_CONFIG": str(f), "STRATO_ZONE": "ord"})
     assert settings(r.stdout)["--zone"] == ("ord", "environment")
+
+
+def test_show_json_has_numbers_booleans_lists_and_null(tmp_path: Path) -> None:
+    # As JSON has them, not every value a string ("8780", "True", "-").
+    f = tmp_path / "zone.toml"
+    f.write_text('max-headers = 20\n'
+                 + 'cors-allowed-origin = ["https://a.example", "https://b.example"]\n')
+    r = run("config", "show", "--config", str(f), "--json",
+            env={"STRATO_STALE_AFTER": "30", "STRATO_ACCESS_LOG": "no",
+                 "STRATO_MAX_CANDIDATES": "7"})
+    assert r.returncode == 0, r.stderr
+    got = settings(r.stdout)
+    assert got["--max-headers"] == (20, "file")
+    assert got["--cors-allowed-origin"] == (["https://a.example", "https://b.example"], "file")
+    assert got["--stale-after"] == (30.0, "environment")
+    assert got["--access-log"] == (False, "environment")
+    assert got["--max-candidates"] == (7, "environment")
+    assert got["--create-db"] == (False, "default")
+    assert got["--summary-interval"] == (5.0, "default")
+    assert got["--parent"] == (None, "default")
+    assert got["--cors-allow-header"] == ([], "default")
+    # The table still says them as text.
+    r = run("config", "show", "--config", str(f), env={"COLUMNS": "200"})
+    assert r.returncode == 0 and "https://a.example, https://b.example" in r.stdout, r.stdout
+    # A variable strato serve would refuse is said, as a bad file is (exit 2).
+    for args in (["config", "show"], ["config", "show", "--json"]):
+        r = run(*args, env={"STRATO_STALE_AFTER": "soon"})
+        assert r.returncode == 2 and "STRATO_STALE_AFTER='soon'" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
 
 
 def test_a_bad_file_is_one_line_naming_the_setting(tmp_path: Path) -> None:
