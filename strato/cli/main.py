@@ -177,17 +177,11 @@ def _rejoin_warning(rejoin_after: float) -> str | None:
             "(default 60)")
 
 
-def _check_child_options(zone: str, advertise_url: str | None, scheme: str, host: str,
+def _check_child_options(advertise_url: str | None, scheme: str, host: str,
                          port: int) -> None:
     """What the parent would refuse at registration, after start-up and in the
     log only (the zone then serves alone): said now, exit 2."""
-    from strato.api.routes.zone import _ZONE_NAME as REGISTERED_NAME
     from strato.zone.protocol import zone_url
-    if not re.match(REGISTERED_NAME, zone):
-        console.print(f"[red]invalid --zone[/] {zone!r} for a zone with a --parent: 1-63 "
-                      "letters, digits, '-', '_' or '.', starting with a letter or digit "
-                      "(e.g. dfw or dfw-r1)")
-        raise typer.Exit(2)
     url = advertise_url or _own_url(scheme, host, port)
     try:
         zone_url(url)
@@ -386,7 +380,8 @@ def serve(
         "builds candidates (bounds its time and memory; what was found by then is the "
         "answer). Default: 100000, about a second."),
     zone: str = typer.Option("local", envvar="STRATO_ZONE",
-                             help="This zone's name in the zone tree."),
+                             help="This zone's name in the zone tree: 1-63 letters, digits, "
+                             "'-', '_' or '.', starting with a letter or digit."),
     parent: str = typer.Option(None, envvar="STRATO_PARENT",
                                help="URL of the parent zone to register with at start-up."),
     parent_token: str = typer.Option(None, envvar="STRATO_PARENT_TOKEN",
@@ -560,11 +555,14 @@ def serve(
     except LocationError as exc:
         console.print(f"[red]invalid zone metadata[/]: {escape(str(exc))}")
         raise typer.Exit(2) from None
-    from strato.zone.protocol import _ZONE_NAME
-    if not re.match(_ZONE_NAME, zone):
-        # Its parent would refuse it at registration, in the log, after start-up.
-        console.print(f"[red]invalid --zone[/] {zone!r}: 1-255 characters, no '/' and no "
-                      "spaces (e.g. dfw or dfw-r1)")
+    from strato.api.routes.zone import _ZONE_NAME as REGISTERED_NAME
+    if not re.match(REGISTERED_NAME, zone):
+        # A parent refuses it at registration (in the log, after start-up),
+        # and so would one that adds this zone by hand later; the ids of the
+        # parts this zone sends (`…@zone#…`) could not be read back.
+        console.print(f"[red]invalid --zone[/] {zone!r}: 1-63 letters, digits, '-', '_' or "
+                      "'.', starting with a letter or digit (e.g. dfw or dfw-r1)",
+                      soft_wrap=True)
         raise typer.Exit(2)
     if keystone_url is not None:
         if not _is_http_url(keystone_url) or not keystone_user or not keystone_password:
@@ -685,7 +683,7 @@ def serve(
                       "would be told to call this zone at port 0")
         raise typer.Exit(2)
     if parent is not None:
-        _check_child_options(zone, advertise_url, scheme, host, port)
+        _check_child_options(advertise_url, scheme, host, port)
         said = _rejoin_warning(rejoin_after)
         if said:
             console.print(f"[yellow]{escape(said)}[/]", soft_wrap=True)

@@ -164,6 +164,10 @@ def test_bad_security_options_end_in_one_line(tmp_path: Path) -> None:
     (["--host", "nosuchhost.invalid", "--auth-token", "t"], "give --host an address"),
     # What the parent would refuse at registration, in the log, after start-up.
     (["--zone", "dfw+x", "--parent", "http://127.0.0.1:9"], "invalid --zone 'dfw+x'"),
+    # Alone too: it could not be added as a child later, nor its part ids read.
+    (["--zone", "x@y"], "invalid --zone 'x@y': 1-63 letters"),
+    (["--zone", "-dfw"], "invalid --zone '-dfw'"),
+    (["--zone", "a" * 64], "invalid --zone"),
     (["--advertise-url", "notaurl", "--parent", "http://127.0.0.1:9"],
      "invalid --advertise-url"),
     (["--summary-interval", "0"], "--summary-interval"),
