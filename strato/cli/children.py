@@ -4,7 +4,8 @@ A child registers itself (`strato serve --parent URL`); these commands are
 for a child that cannot (another organisation's zone, a zone behind a proxy)
 and for taking one out of the tree. Exit codes: 0 done; 1 the zone answered
 with an error (its detail printed), or not as a Strato zone; 2 bad input (a
---url it cannot use); 3 the zone could not be reached.
+--url or --timeout it cannot use); 3 the zone could not be reached, or did not
+answer within --timeout seconds.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ children_app = typer.Typer(help="A zone's child zones: list, add, remove.",
 err = consoles.console(stderr=True)
 
 
-def _call(method: str, url: str, path: str, token: str, body: Any = None) -> httpx.Response:
+def _call(method: str, url: str, path: str, token: str, timeout: float,
+          body: Any = None) -> httpx.Response:
     with wire.talking_to(url):
-        return httpx.request(method, url.rstrip("/") + path, json=body, timeout=30,
+        return httpx.request(method, url.rstrip("/") + path, json=body, timeout=timeout,
                              headers={"x-auth-token": token})
 
 
@@ -41,9 +43,10 @@ def _failed(r: httpx.Response) -> None:
 
 
 @children_app.command("list")
-def list_children(url: str = URL, token: str = TOKEN, as_json: bool = JSON) -> None:
+def list_children(url: str = URL, token: str = TOKEN, as_json: bool = JSON,
+                  timeout: float = wire.TIMEOUT) -> None:
     """The zone's children: address, location, health, requests in doubt."""
-    r = _call("GET", url, "/strato/v1/children", token)
+    r = _call("GET", url, "/strato/v1/children", token, timeout)
     if r.status_code != 200:
         _failed(r)
     with wire.talking_to(url):
@@ -70,14 +73,14 @@ def add_child(name: str = typer.Argument(..., help="The child zone's name."),
               tag: list[str] = typer.Option([], "--tag", help="A tag of all its providers."),
               credential: str = typer.Option(None, envvar="STRATO_CHILD_CREDENTIAL",
                                              help="The token to send when calling it."),
-              url: str = URL, token: str = TOKEN) -> None:
+              url: str = URL, token: str = TOKEN, timeout: float = wire.TIMEOUT) -> None:
     """Add a child zone (or update the one of that name)."""
     body: dict[str, Any] = {"name": name, "url": child_url, "tags": tag}
     if location_prefix:
         body["location_prefix"] = location_prefix
     if credential:
         body["credential"] = credential
-    r = _call("POST", url, "/strato/v1/children", token, body)
+    r = _call("POST", url, "/strato/v1/children", token, timeout, body)
     if r.status_code not in (200, 201):
         _failed(r)
     with wire.talking_to(url):
@@ -97,9 +100,9 @@ def add_child(name: str = typer.Argument(..., help="The child zone's name."),
 
 @children_app.command("remove", short_help="Take a child zone out of the tree.")
 def remove_child(name: str = typer.Argument(..., help="The child zone's name."),
-                 url: str = URL, token: str = TOKEN) -> None:
+                 url: str = URL, token: str = TOKEN, timeout: float = wire.TIMEOUT) -> None:
     """Take a child zone out of the tree (its own data stays where it is)."""
-    r = _call("DELETE", url, f"/strato/v1/children/{quote(name, safe='')}", token)
+    r = _call("DELETE", url, f"/strato/v1/children/{quote(name, safe='')}", token, timeout)
     if r.status_code != 204:
         _failed(r)
     consoles.console().print(f"removed child {name}")

@@ -12,10 +12,14 @@ _SERVE = ("is `strato serve` running there? Point --url (or STRATO_URL) at a zon
           "e.g. http://127.0.0.1:8780")
 
 
-def unreachable(url: str, exc: Exception) -> str:
-    """`url` could not be reached: why, and what to check."""
+def unreachable(url: str, exc: Exception, *, timeout_flag: str | None = "--timeout") -> str:
+    """`url` could not be reached: why, and what to check (`timeout_flag`: the
+    option that gives a slow zone longer, if the command has one)."""
     if isinstance(exc, httpx.TimeoutException):
-        return escape(f"{url} did not answer in time ({exc or 'timeout'})")
+        more = f"; a busy zone may need longer: {timeout_flag} SECONDS" if timeout_flag else ""
+        if isinstance(exc, httpx.ConnectTimeout):
+            more += f"; {_SERVE}"
+        return escape(f"{url} did not answer in time ({exc or 'timed out'}){more}")
     if isinstance(exc, httpx.UnsupportedProtocol):
         # `--url 127.0.0.1:8780`: httpx's own words do not say what to write.
         e_g = f"http://{url}" if "://" not in url else "http://127.0.0.1:8780"

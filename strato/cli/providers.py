@@ -9,8 +9,8 @@ the zone that owns it (the zone routes the calls). Exit codes: 0 done; 1 the
 zone answered with an error (its detail printed; 409 when the provider is in
 use or changed meanwhile), or not as a Strato zone, or the list is partial (a
 zone below could not be asked: named on stderr, and in --json's
-"incomplete"); 2 bad input (a --url it cannot use too); 3 the zone could not
-be reached.
+"incomplete"); 2 bad input (a --url or --timeout it cannot use too); 3 the
+zone could not be reached, or did not answer within --timeout seconds.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ LIST_OPTIONS = ("stale", "tag")
 @providers_app.callback()
 def providers(
     ctx: typer.Context, url: str = URL, token: str = TOKEN, stale: bool = STALE,
-    tag: str = TAG, as_json: bool = JSON,
+    tag: str = TAG, as_json: bool = JSON, timeout: float = wire.TIMEOUT,
 ) -> None:
     """List providers with their location, tags and last report; --stale for silent ones.
 
@@ -62,7 +62,7 @@ def providers(
     a subcommand apply to it (strato providers --url URL list); the
     subcommand's own win."""
     if ctx.invoked_subcommand is None:
-        _list(url, token, stale, tag, as_json)
+        _list(url, token, stale, tag, as_json, timeout)
     elif ctx.invoked_subcommand != "list":
         for name in LIST_OPTIONS:
             if _given(ctx, name):
@@ -103,7 +103,7 @@ def _inherit(ctx: typer.Context, name: str, value: T) -> T:
 @providers_app.command("list", short_help="List providers: location, tags, last report.")
 def list_providers(
     ctx: typer.Context, url: str = URL, token: str = TOKEN, stale: bool = STALE,
-    tag: str = TAG, as_json: bool = JSON,
+    tag: str = TAG, as_json: bool = JSON, timeout: float = wire.TIMEOUT,
 ) -> None:
     """List providers with their location, tags and last report; --stale for silent ones.
 
@@ -111,10 +111,11 @@ def list_providers(
     on stderr; with --json, in "incomplete")."""
     _list(_inherit(ctx, "url", url), _inherit(ctx, "token", token),
           _inherit(ctx, "stale", stale), _inherit(ctx, "tag", tag),
-          _inherit(ctx, "as_json", as_json))
+          _inherit(ctx, "as_json", as_json), _inherit(ctx, "timeout", timeout))
 
 
-def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool) -> None:
+def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool,
+          timeout: float) -> None:
     params: dict[str, str] = {}
     if stale:
         params["stale"] = "true"
@@ -124,7 +125,7 @@ def _list(zone_url: str, token: str, stale: bool, tag: str | None, as_json: bool
     # module's doc) say.
     with wire.talking_to(zone_url):
         r = httpx.get(f"{zone_url.rstrip('/')}/strato/v1/providers", params=params,
-                      headers={"x-auth-token": token}, timeout=30)
+                      headers={"x-auth-token": token}, timeout=timeout)
         if r.status_code != 200:
             _failed(r)
         body = wire.answer(r, "providers", "stale_after")
@@ -174,9 +175,9 @@ class _Zone:
     a zone that cannot be reached, or an answer that is not a zone's, made
     under wire.talking_to)."""
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, timeout: float) -> None:
         self.url = url
-        self.client = httpx.Client(base_url=url, timeout=30, headers={
+        self.client = httpx.Client(base_url=url, timeout=timeout, headers={
             "x-auth-token": token, "openstack-api-version": MICROVERSION})
 
     def call(self, method: str, path: str, body: Any = None,
@@ -356,7 +357,8 @@ def add(ctx: typer.Context,
         parent: str = typer.Option(None, "--parent", help="The parent provider (name or "
                                                           "UUID), for a nested provider."),
         uuid: str = typer.Option(None, "--uuid", help="Its UUID (default: a new one)."),
-        url: str = URL, token: str = TOKEN, as_json: bool = JSON) -> None:
+        url: str = URL, token: str = TOKEN, as_json: bool = JSON,
+        timeout: float = wire.TIMEOUT) -> None:
     """Create a provider with its inventory, traits, location and tags.
 
     All or nothing: if a later step is refused the new provider is deleted."""
@@ -371,7 +373,7 @@ def add(ctx: typer.Context,
         raise _bad("--uuid", uuid, "not a UUID")
     _check_meta(location, tag)
     with wire.talking_to(url):
-        z = _Zone(url, token)
+        z = _Zone(url, token, _inherit(ctx, "timeout", timeout))
         body: dict[str, Any] = {"name": name, "uuid": uuid or str(uuidlib.uuid4())}
         if parent:
             body["parent_provider_uuid"] = z.find(parent)["uuid"]
@@ -411,7 +413,8 @@ def set_(ctx: typer.Context, provider: str = typer.Argument(..., help="Name or U
          tag: list[str] = typer.Option(None, "--tag", help="Replace the tags (repeatable; "
                                                            "--tag '' for none)."),
          rename: str = typer.Option(None, "--name", help="A new name."),
-         url: str = URL, token: str = TOKEN, as_json: bool = JSON) -> None:
+         url: str = URL, token: str = TOKEN, as_json: bool = JSON,
+         timeout: float = wire.TIMEOUT) -> None:
     """Change a provider: inventory, traits, location, tags, name.
 
     Inventory and traits are read, changed and written with the provider's
@@ -427,7 +430,7 @@ def set_(ctx: typer.Context, provider: str = typer.Argument(..., help="Name or U
         raise _bad("--location", location, "give --location or --no-location, not both")
     _check_meta(location, tags)
     with wire.talking_to(url):
-        z = _Zone(url, token)
+        z = _Zone(url, token, _inherit(ctx, "timeout", timeout))
         rp = z.find(provider)
         u = rp["uuid"]
         if changes or drop:
@@ -451,11 +454,11 @@ def set_(ctx: typer.Context, provider: str = typer.Argument(..., help="Name or U
 
 @providers_app.command("delete", short_help="Delete a provider (409 while it is in use).")
 def delete(ctx: typer.Context, provider: str = typer.Argument(..., help="Name or UUID."),
-           url: str = URL, token: str = TOKEN) -> None:
+           url: str = URL, token: str = TOKEN, timeout: float = wire.TIMEOUT) -> None:
     """Delete a provider (refused with 409 while it has allocations or children)."""
     url, token = _inherit(ctx, "url", url), _inherit(ctx, "token", token)
     with wire.talking_to(url):
-        z = _Zone(url, token)
+        z = _Zone(url, token, _inherit(ctx, "timeout", timeout))
         rp = z.find(provider)
         z.call("DELETE", f"/resource_providers/{rp['uuid']}")
         consoles.console().print(f"deleted provider {escape(rp['name'])} {rp['uuid']}")

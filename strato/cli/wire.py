@@ -65,6 +65,12 @@ def check_timeout(seconds: float) -> float:
     return seconds
 
 
+# The --timeout of the commands that read or change a zone (a schedule
+# request, which may wait on the whole tree, has its own: 60 s).
+TIMEOUT = typer.Option(30.0, "--timeout", callback=check_timeout,
+                       help="Seconds to wait for each answer (more than 0).")
+
+
 def answer(r: httpx.Response, *keys: str) -> dict[str, Any]:
     """`r`'s JSON object, which has `keys`; NotAZone otherwise."""
     try:

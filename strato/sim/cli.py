@@ -143,7 +143,7 @@ def sim(
                           f"refused[/]: {hints.http_error(r)}", soft_wrap=True)
             raise typer.Exit(1) from None
         except httpx.HTTPError as exc:
-            console.print(f"[red]strato-live: {hints.unreachable(url, exc)}[/]",
+            console.print(f"[red]strato-live: {hints.unreachable(url, exc, timeout_flag=None)}[/]",
                           soft_wrap=True)
             raise typer.Exit(3) from None
     _print(data)

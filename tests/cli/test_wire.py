@@ -5,6 +5,9 @@ another shape), never a traceback."""
 
 from __future__ import annotations
 
+import socket
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,14 +36,43 @@ def test_a_url_that_cannot_be_a_zones_is_bad_input(command: list[str], url: str,
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
-@pytest.mark.parametrize("command", [["schedule", "-r", "VCPU=1"], ["explain", "-r", "VCPU=1"],
-                                     ["release", UUID], ["tree"]])
+@pytest.mark.parametrize("command", [*COMMANDS, ["providers", "set", "h1", "--tag", "x"]])
 @pytest.mark.parametrize("seconds", ["-1", "0"])
 def test_a_timeout_is_more_than_0_seconds(command: list[str], seconds: str) -> None:
     result = invoke(*command, "--timeout", seconds, "--url", "http://127.0.0.1:1")
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--timeout'" in result.output
     assert "more than 0" in result.output, result.output
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """A zone that takes the connection and never answers (a paused process)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, ["providers", "set", "h1", "--tag", "x"]])
+def test_a_zone_that_does_not_answer_is_one_line_after_timeout(command: list[str],
+                                                               silent: str) -> None:
+    # Every command that calls a zone waits --timeout seconds (providers and
+    # children waited a fixed 30), then says so in one line: exit 3.
+    start = time.monotonic()
+    result = invoke(*command, "--timeout", "0.3", "--url", silent)
+    assert time.monotonic() - start < 10
+    assert result.exit_code == 3, result.output
+    assert f"{silent} did not answer in time" in result.output, result.output
+    assert "--timeout SECONDS" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_providers_takes_its_timeout_before_a_subcommand_too(silent: str) -> None:
+    start = time.monotonic()
+    result = invoke("providers", "--timeout", "0.3", "delete", "h1", "--url", silent)
+    assert result.exit_code == 3 and time.monotonic() - start < 10, result.output
 
 
 HTML = Canned(200, b"<html><body>It works!</body></html>", {"content-type": "text/html"})
