@@ -170,6 +170,15 @@ class WeigherSpec(_Strict):
         "that ask for it: a request that does not is placed on them only when nothing "
         "else fits.")
 
+    @field_validator("class_weights")
+    @classmethod
+    def _classes(cls, v: dict[str, float]) -> dict[str, float]:
+        # As a group's resources (a class the zone does not know: check_names).
+        for name in v:
+            if not re.fullmatch(r"[A-Z0-9_]{1,255}", name):
+                raise ValueError(f"resource class {name[:64]!r} is not a valid name")
+        return v
+
 
 class ScheduleRequest(_Strict):
     consumers: list[str] = Field(min_length=1, max_length=MAX_CONSUMERS,

@@ -483,20 +483,30 @@ class LocalScheduler:
 
     def check_names(self, req: ScheduleRequest, *, also_classes: Collection[str] = (),
                     also_traits: Collection[str] = ()) -> None:
-        """400 for a resource class or trait this zone's registry does not know
-        (nor `also_*`: at a zone with children, the names its children's
-        summaries show: a zone run apart, another organisation's, may have
-        custom names its parent never registered)."""
+        """400 for a resource class (in a group, or in the class weights of a
+        client's request) or trait this zone's registry does not know (nor
+        `also_*`: at a zone with children, the names its children's summaries
+        show: a zone run apart, another organisation's, may have custom names
+        its parent never registered)."""
         classes = {rc for g in req.groups for rc in g.resources} - set(also_classes)
+        # Weights are checked where the client asked: a parent passes them to
+        # every child it asks, and a class one child has may be unknown to
+        # another (it weighs nothing there).
+        weighed = (set(req.weigher.class_weights) - set(also_classes) - classes
+                   if req.hops == 0 else set())
         traits: set[str] = set()
         for g in req.groups:
             for t in g.required:
                 names = t[3:].split(",") if t.startswith("in:") else [t.lstrip("!")]
                 traits.update(n for n in names if n)
         traits -= set(also_traits)
-        bad_rc, bad_tr = self.engine.unknown_names(classes, traits)
+        bad_rc, bad_tr = self.engine.unknown_names(classes | weighed, traits)
+        if set(bad_rc) & classes:
+            raise errors.BadRequest("groups: unknown resource class(es): "
+                                    f"{', '.join(rc for rc in bad_rc if rc in classes)}")
         if bad_rc:
-            raise errors.BadRequest(f"groups: unknown resource class(es): {', '.join(bad_rc)}")
+            raise errors.BadRequest("weigher.class_weights: unknown resource class(es): "
+                                    f"{', '.join(bad_rc)}")
         if bad_tr:
             raise errors.BadRequest(f"groups: unknown trait(s): {', '.join(bad_tr)}")
 

@@ -287,6 +287,13 @@ def test_a_zone_without_providers_says_so(client: TestClient) -> None:
     (req(1, consumers=["not-a-uuid"]), "consumers"),
     (req(1, extra_field=1), "extra_field"),
     (req(1, atomic="yes"), "atomic"),
+    # A weight for a class the zone does not know, as a group's class: 400 naming
+    # the field (it was taken silently and weighed nothing).
+    (req(1, weigher={"class_weights": {"CUSTOM_NOPE": 2}}),
+     "weigher.class_weights: unknown resource class(es): CUSTOM_NOPE"),
+    (req(1, weigher={"class_weights": {"VCPU": 1, "FOO": 2, "CUSTOM_NOPE": 1}}),
+     "weigher.class_weights: unknown resource class(es): CUSTOM_NOPE, FOO"),
+    (req(1, weigher={"class_weights": {"vcpu": 2}}), "'vcpu' is not a valid name"),
 ])
 def test_bad_requests_are_400_and_claim_nothing(client: TestClient, body: dict[str, Any],
                                                 needle: str) -> None:
@@ -295,6 +302,18 @@ def test_bad_requests_are_400_and_claim_nothing(client: TestClient, body: dict[s
     assert r.status_code == 400, r.text
     assert needle in r.json()["errors"][0]["detail"]
     assert used(client, rp) == 0
+
+
+def test_class_weights_take_known_classes_custom_ones_too(client: TestClient) -> None:
+    host(client, "h")
+    assert client.put("/resource_classes/CUSTOM_GPU").status_code == 201
+    for weights in ({"VCPU": 2, "MEMORY_MB": 0.5}, {"CUSTOM_GPU": 3}, {}):
+        for path in ("/strato/v1/schedule", "/strato/v1/explain"):
+            r = client.post(path, json=req(1, weigher={"class_weights": weights},
+                                           dry_run=True))
+            assert r.status_code == 200, (weights, r.text)
+    r = client.post("/strato/v1/explain", json=req(1, weigher={"class_weights": {"FOO": 1}}))
+    assert r.status_code == 400 and "weigher.class_weights" in r.text, r.text
 
 
 def test_stale_hosts_are_excluded(client: TestClient) -> None:

@@ -121,6 +121,17 @@ def test_a_zone_with_children_refuses_unknown_names_before_anything(tmp_path: Pa
         r = await root.post("/strato/v1/schedule",
                             json=req(groups=[{"resources": {"CUSTOM_LEAF": 1}}]))
         assert r.status_code == 200, r.text[:300]
+        # The weigher's class weights too: an unknown class is a 400 naming
+        # the field, at the root as at a leaf; one a child's summary shows is known.
+        weighed = {"weigher": {"class_weights": {"CUSTOM_NOPE": 2}}}
+        for client in (root, c1):
+            r = await client.post("/strato/v1/schedule", json=req(**weighed))
+            assert r.status_code == 400, r.text[:300]
+            assert r.json()["errors"][0]["detail"] == \
+                "weigher.class_weights: unknown resource class(es): CUSTOM_NOPE"
+        r = await root.post("/strato/v1/schedule", json=req(
+            weigher={"class_weights": {"CUSTOM_LEAF": 2, "CUSTOM_GPU": 1}}))
+        assert r.status_code == 200, r.text[:300]
     run(tmp_path, scenario)
 
 
