@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -22,6 +23,15 @@ def test_minimal_request_and_defaults() -> None:
     r = ScheduleRequest.model_validate(body())
     assert r.atomic and not r.dry_run and r.weigher.name == "spread"
     assert r.suffixed_groups()[0][0] == ""
+
+
+def test_a_rules_level_defaults_to_host_as_docs_schedule_says() -> None:
+    r = ScheduleRequest.model_validate(body(group="g", constraints=[
+        {"type": "anti_affinity"}, {"type": "spread"}]))
+    assert [c.level for c in r.constraints] == ["host", "host"]  # type: ignore[union-attr]
+    docs = (Path(__file__).parents[2] / "docs" / "schedule.md").read_text()
+    levels = docs.split("#### Affinity and anti-affinity: levels", 1)[1]
+    assert "has a `level` (default `host`" in " ".join(levels.split())
 
 
 @pytest.mark.parametrize(("patch", "field"), [
