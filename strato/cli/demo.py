@@ -798,7 +798,8 @@ def run_demo(providers: int = 2000, requests: int = 500, keep: bool = False,
                       "http://127.0.0.1:8780/metrics (the demo's zones stop now)")
         return 1 if failed else 0
     except Exception as exc:  # the demo must explain, not dump a traceback
-        console.print(f"[red]demo failed:[/] {escape(str(exc))}; zone logs in {root_dir}")
+        why = str(exc) or type(exc).__name__  # (an httpx timeout says nothing)
+        console.print(f"[red]demo failed:[/] {escape(why)}; zone logs in {root_dir}")
         opts.keep = True
         return 1
     finally:

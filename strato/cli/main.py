@@ -881,9 +881,10 @@ def db_upgrade(
 
 @app.command(short_help="A seven-zone tree on loopback: schedule a workload, show it.")
 def demo(
-    providers: int = typer.Option(2000, help="Hosts, spread over the four cells."),
-    requests: int = typer.Option(500, help="Schedule requests sent to the root."),
-    clients: int = typer.Option(8, help="Concurrent clients."),
+    providers: int = typer.Option(2000, min=4, help="Hosts, spread over the four cells "
+                                  "(at least one each)."),
+    requests: int = typer.Option(500, min=1, help="Schedule requests sent to the root."),
+    clients: int = typer.Option(8, min=1, help="Concurrent clients."),
     keep: bool = typer.Option(False, help="Keep the demo's data directory (databases, logs)."),
 ) -> None:
     """Start a tree of seven zones on loopback, schedule a mixed workload at the root,

@@ -95,6 +95,17 @@ def test_demo_interrupted_stops_every_zone_process() -> None:
     assert not [p for p in pids if alive(p)], out
 
 
+@pytest.mark.parametrize("args", [["--clients", "0"], ["--requests", "0"],
+                                  ["--providers", "3"], ["--providers", "-1"]])
+def test_a_demo_of_nothing_is_refused_before_anything_starts(args: list[str]) -> None:
+    # --clients 0 started seven zones and waited 30 s on a pool of no
+    # connections; --providers 0 loaded 4 hosts all the same.
+    r = subprocess.run([*CMD, *args], env=ENV, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"Invalid value for '{args[0]}'" in r.stderr and "Traceback" not in r.stderr
+    assert "started" not in r.stdout
+
+
 def test_the_rejections_table_shows_each_refusal_status_and_code() -> None:
     results = [
         Result("plain", 200, 1.0, ["a"], zones=["global/dfw/dfw-c1"]),
