@@ -48,10 +48,14 @@ def config_path(args: Sequence[str], environ: Mapping[str, str]) -> Path | None:
     """The file named by `--config FILE` (or `--config=FILE`) in `args`, else
     by STRATO_CONFIG."""
     for i, a in enumerate(args):
-        if a == "--config" and i + 1 < len(args):
-            return Path(args[i + 1])
-        if a.startswith("--config="):
-            return Path(a.split("=", 1)[1])
+        given = (args[i + 1] if a == "--config" and i + 1 < len(args)
+                 else a.split("=", 1)[1] if a.startswith("--config=") else None)
+        if given is not None:
+            if not given.strip():
+                # (--config "$FILE" with the variable unset: Path("") is ".")
+                raise ConfigError("--config is empty: give a TOML file, or leave the "
+                                  "option out")
+            return Path(given)
     value = environ.get(ENV)
     return Path(value) if value else None
 
@@ -65,9 +69,11 @@ def load(path: Path, command: Command) -> dict[str, Any]:
     """The file's settings for `command`, by parameter name; ConfigError
     names what is wrong."""
     try:
-        data: dict[str, Any] = tomllib.loads(path.read_text())
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not valid TOML: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     table = data.pop("serve", {})
@@ -75,14 +81,21 @@ def load(path: Path, command: Command) -> dict[str, Any]:
         raise ConfigError(f"{path}: [serve] must be a table")
     params = options(command)
     out: dict[str, Any] = {}
-    for key, value in [*data.items(), *table.items()]:
-        name = key.replace("-", "_")
+    given: dict[str, str] = {}
+    for key, value in [*((k, v) for k, v in data.items()),
+                       *((f"[serve] {k}", v) for k, v in table.items())]:
+        name = key.removeprefix("[serve] ").replace("-", "_")
         param = params.get(name)
         if param is None or name == "config":
             close = difflib.get_close_matches(name, [n for n in params if n != "config"], 1)
             hint = f"did you mean {close[0].replace('_', '-')!r}? " if close else ""
             raise ConfigError(f"{path}: unknown setting {key!r} ({hint}the settings are "
                               "strato serve's options: strato serve --help)")
+        if name in given:
+            # (one at the top and one in [serve], or as child-timeout and child_timeout)
+            raise ConfigError(f"{path}: {key!r} is set twice (also as {given[name]!r}): "
+                              "keep one")
+        given[name] = key
         if param.multiple and not isinstance(value, list):
             value = [value]
         out[name] = _checked(f"{path}: {key}", value, param)
@@ -108,7 +121,12 @@ def _checked(where: str, value: Any, param: Any) -> Any:
         value = float(value)
     elif not isinstance(value, str):
         raise ConfigError(f"{where}: must be a string, got {value!r}")
-    return value
+    try:
+        # The option's own limits (--stale-after at least 1, ...): said here,
+        # naming the file, not as if the value had come from its variable.
+        return param.get_runtime_param().coerce(value, param=param, ctx=None)
+    except typer.BadParameter as exc:
+        raise ConfigError(f"{where}: {exc.message}, got {value!r}") from None
 
 
 def options(command: Command) -> dict[str, Any]:

@@ -80,14 +80,33 @@ def test_a_bad_file_is_one_line_naming_the_setting(tmp_path: Path) -> None:
                        "unknown setting 'child_timout' (did you mean 'child-timeout'?"),
                       ('port = "eighty"\n', "port: must be an integer, got 'eighty'"),
                       ('access-log = "yes"\n', "access-log: must be true or false, got 'yes'"),
-                      ('zone = "a\n', "not valid TOML")]:
-        f.write_text(text)
+                      ('zone = "a\n', "not valid TOML"),
+                      # Twice: which one won was not said.
+                      ('port = 8781\n[serve]\nport = 8782\n',
+                       "'[serve] port' is set twice (also as 'port')"),
+                      ('child-timeout = 3\nchild_timeout = 4\n',
+                       "'child_timeout' is set twice (also as 'child-timeout')"),
+                      # Out of the option's range: serve blamed STRATO_STALE_AFTER.
+                      ('stale-after = 0\n',
+                       "stale-after: Input should be greater than or equal to 1, got 0"),
+                      ('[serve]\nworkers = 0\n', "[serve] workers: Input should be greater"),
+                      # Not text: a UnicodeDecodeError traceback.
+                      (b'zone = "\xff"\n', "not valid TOML: not UTF-8 text")]:
+        if isinstance(text, bytes):
+            f.write_bytes(text)
+        else:
+            f.write_text(text)
         for args in (["serve", "--config", str(f)], ["config", "show", "--config", str(f)]):
             r = run(*args)
             assert r.returncode == 2, (args, r.stdout, r.stderr)
             assert why in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = run("serve", "--config", str(tmp_path / "missing.toml"))
     assert r.returncode == 2 and "cannot read" in r.stderr
+    # "--config $FILE" with the variable unset: it read the current directory.
+    for args in (["serve", "--config", ""], ["serve", "--config="]):
+        r = run(*args)
+        assert r.returncode == 2 and "--config is empty" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and "serving on" not in r.stdout + r.stderr
 
 
 def test_serve_takes_its_settings_from_the_file_and_flags_win(tmp_path: Path) -> None:
