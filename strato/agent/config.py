@@ -98,34 +98,69 @@ class AgentConfig:
         return replace(self, **values)
 
 
+_TEXT = ("zone_url", "token", "uuid", "name", "location", "facts_file")
+
+
 def _coerce(key: str, value: Any) -> Any:
+    """`value` as setting `key` holds it; ConfigError naming the key (a file's
+    `interval = "soon"` or `tags = 5` is said, not a traceback)."""
+    if key in _TEXT:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string, got {value!r}")
+        return value
     if key in ("tags", "disk_paths", "measure"):
         if isinstance(value, str):
             value = [value]
-        return tuple(str(v) for v in value)
-    if key == "reserved":
-        return {str(k): int(v) for k, v in dict(value).items()}
-    if key == "allocation_ratio":
-        return {str(k): float(v) for k, v in dict(value).items()}
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key} must be a string or a list of strings, got {value!r}")
+        return tuple(value)
+    if key in ("reserved", "allocation_ratio"):
+        whole = key == "reserved"
+        what = "a whole number" if whole else "a number"
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key} must be a table of CLASS = {what}, got {value!r}")
+        out: dict[str, float] = {}
+        for k, v in value.items():
+            if isinstance(v, bool) or not isinstance(v, int | float) or (
+                    whole and not float(v).is_integer()):
+                raise ConfigError(f"{key}.{k} must be {what}, got {v!r}")
+            out[str(k)] = int(v) if whole else float(v)
+        return out
     if key in ("interval", "max_backoff", "timeout"):
-        return float(value)
+        try:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key} must be a number of seconds, got {value!r}") from None
     return value
 
 
 def load_file(path: str | Path) -> dict[str, Any]:
     """Settings from a .toml, .yaml or .yml file (flat keys as in AgentConfig)."""
-    p = Path(path)
-    try:
-        if p.suffix == ".toml":
-            data: Any = tomllib.loads(p.read_text())
-        elif p.suffix in (".yaml", ".yml"):
-            import yaml
+    import yaml
 
-            data = yaml.safe_load(p.read_text()) or {}
+    p = Path(path)
+    if p.suffix not in (".toml", ".yaml", ".yml"):
+        raise ConfigError(f"{p}: use a .toml, .yaml or .yml file")
+    try:
+        text = p.read_text(encoding="utf-8")
+        if p.suffix == ".toml":
+            data: Any = tomllib.loads(text)
         else:
-            raise ConfigError(f"{p}: use a .toml, .yaml or .yml file")
-    except (OSError, tomllib.TOMLDecodeError, ValueError) as exc:
-        raise ConfigError(f"{p}: {exc}") from None
+            data = yaml.safe_load(text) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {p}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text") from None
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        said = " ".join(str(exc).split())
+        mark = getattr(exc, "problem_mark", None)
+        if isinstance(exc, yaml.MarkedYAMLError) and exc.problem and mark is not None:
+            # (YAML's own message spans lines and quotes the text)
+            said = f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
+        kind = "TOML" if p.suffix == ".toml" else "YAML"
+        raise ConfigError(f"{p} is not valid {kind}: {said}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a table of settings")
     return {k.replace("-", "_"): v for k, v in data.items()}

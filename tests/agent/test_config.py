@@ -71,3 +71,42 @@ def test_facts_file_overrides_and_survives_a_broken_file(tmp_path: Path) -> None
     assert (again.vcpu, again.memory_mb) == (3, 1000)  # last good facts kept
     real = FactsCollector(("/", "/"), None).collect()
     assert real.vcpu >= 1 and real.memory_mb > 0 and real.disk_gb >= 0
+
+
+@pytest.mark.parametrize(("name", "text", "said"), [
+    ("a.yaml", "interval: [1\n", "a.yaml is not valid YAML: expected ',' or ']'"),
+    ("a.yaml", "a: b: c\n", "not valid YAML: mapping values are not allowed here (line 1"),
+    ("a.toml", 'interval = "soon"\n', "interval must be a number of seconds, got 'soon'"),
+    ("a.toml", "interval = true\n", "interval must be a number of seconds, got True"),
+    ("a.toml", "zone_url = 5\n", "zone_url must be a string, got 5"),
+    ("a.toml", "tags = 5\n", "tags must be a string or a list of strings, got 5"),
+    ("a.yaml", "disk_paths: [1]\n", "disk_paths must be a string or a list of strings"),
+    ("a.toml", "reserved = 5\n", "reserved must be a table of CLASS = a whole number"),
+    ("a.toml", 'reserved = {MEMORY_MB = "x"}\n', "reserved.MEMORY_MB must be a whole number"),
+    ("a.toml", "allocation_ratio = {VCPU = [1]}\n", "allocation_ratio.VCPU must be a number"),
+    ("a.json", "{}", "a.json: use a .toml, .yaml or .yml file"),
+])
+def test_a_bad_file_is_one_line_naming_the_setting(tmp_path: Path, name: str, text: str,
+                                                    said: str) -> None:
+    """`strato agent --config` with a file it cannot use: one line on stderr,
+    exit 2 (a malformed YAML file, or a value of the wrong type, was a
+    traceback)."""
+    import subprocess
+    import sys
+
+    f = tmp_path / name
+    f.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "strato", "agent", "--once", "--config", str(f),
+                        "--zone-url", "http://127.0.0.1:1"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and f"{name}: {name}" not in r.stderr, r.stderr
+
+
+def test_a_file_that_cannot_be_read_says_why(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^cannot read .*missing.toml: No such file"):
+        load_file(tmp_path / "missing.toml")
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match=r"bin\.yaml: not UTF-8 text"):
+        load_file(tmp_path / "bin.yaml")
