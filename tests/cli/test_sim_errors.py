@@ -54,8 +54,54 @@ def test_a_scenario_missing_a_setting_is_named(tmp_path: Path) -> None:
     typo.write_text(Path(SMALL).read_text().replace("\nname = ", "\nnmae = "))
     result = invoke("sim", str(typo), "--no-progress")
     assert result.exit_code == 2, result.output
-    assert "a required setting is missing: 'name'" in " ".join(result.output.split())
+    # The misspelt key itself is named now, with the one meant.
+    assert "[scenario]: unknown setting(s) 'nmae' (did you mean 'name'?)" in \
+        " ".join(result.output.split()), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+    gone = tmp_path / "gone.toml"
+    gone.write_text(Path(SMALL).read_text().replace('\nname = "tiny"', "\n"))
+    result = invoke("sim", str(gone), "--no-progress")
+    assert result.exit_code == 2, result.output
+    assert "a required setting is missing: 'name'" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(("old", "new", "said"), [
+    # Each ran on (a negative count of requests, a misspelt weigher: spread)
+    # or ended in a traceback half way (a string, 0 hosts per rack).
+    ("requests = 200", "requests = -5", "workload.requests must be an integer >= 1, got -5"),
+    ("requests = 200", 'requests = "many"', "workload.requests must be an integer >= 1"),
+    ('weigher = "pack"', 'weighr = "pack"',
+     "[workload]: unknown setting(s) 'weighr' (did you mean 'weigher'?)"),
+    ("hosts_per_rack = 4", "hosts_per_rack = 0",
+     "cluster.zone.providers[0].hosts_per_rack must be an integer >= 1, got 0"),
+    ('levels = ["site", "room", "rack", "host"]', "levels = 5",
+     "cluster.levels must be a list of strings, got 5"),
+    ('process = "poisson"', 'process = "poisson"\nrte = 3',
+     "workload.arrival: unknown setting(s) 'rte' (did you mean 'rate'?)"),
+    ("tag_fractions = { hipaa = 0.25 }", "tag_fractions = { hipaa = 2 }",
+     "cluster.zone.providers[0].tag_fractions.hipaa must be a number >= 0 and <= 1, got 2"),
+    ("DISK_GB = 500 }", "DISK_GB = { total = 500, reserved = -1 } }",
+     "cluster.zone.providers[0].inventory.DISK_GB.reserved must be an integer >= 0, got -1"),
+    ("exact = true", "exact = 1", "scenario.exact must be true or false, got 1"),
+])
+def test_a_bad_value_is_one_line_naming_it(tmp_path: Path, old: str, new: str,
+                                           said: str) -> None:
+    text = Path(SMALL).read_text()
+    assert old in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace(old, new, 1))
+    result = invoke("sim", str(bad), "--no-progress")
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert f"{bad}: {said}" in out and "Traceback" not in out, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_scenario_that_is_not_text_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bin.toml"
+    bad.write_bytes(b"\xff\xfe[scenario]")
+    result = invoke("sim", str(bad), "--no-progress")
+    assert result.exit_code == 2 and "not UTF-8 text" in result.output, result.output
 
 
 def test_an_out_directory_that_cannot_be_made_is_named() -> None:
