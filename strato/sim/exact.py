@@ -23,11 +23,14 @@ measured against that bound (conservative).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,9 +234,14 @@ def solve(scenario: Scenario, model: ClusterModel, seed: int, *,
         given.value_valid = True
         h.setSolution(given)
     offered = float(sum(load))
-    if progress is not None:
-        _report_while_solving(h, offered, progress)
-    h.run()
+    stopped: list[BaseException] = []
+    _report_while_solving(h, offered, progress, stopped)
+    with _ctrl_c_into(stopped):
+        h.run()
+    if stopped:
+        # Ctrl-C (or an error in `progress`): HiGHS would have swallowed it,
+        # ended with "Solve error", and the run gone on to report that.
+        raise stopped[0]
     info = h.getInfo()
     sol = np.array(h.getSolution().col_value) if len(cost) else np.zeros(0)
     hosts_of: dict[int, list[int]] = {}
@@ -256,17 +264,45 @@ def solve(scenario: Scenario, model: ClusterModel, seed: int, *,
     return solution
 
 
+@contextlib.contextmanager
+def _ctrl_c_into(stopped: list[BaseException]) -> Iterator[None]:
+    """Ctrl-C while HiGHS solves: recorded in `stopped` (the solve's callback
+    then stops it), not raised inside the callback, where HiGHS swallows it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def record(signum: int, frame: Any) -> None:
+        stopped.append(KeyboardInterrupt())
+
+    previous = signal.signal(signal.SIGINT, record)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _report_while_solving(h: Any, offered: float,
-                          progress: Callable[[SolveProgress], None]) -> None:
-    """HiGHS calls back often during branch and bound; pass on one report a second."""
+                          progress: Callable[[SolveProgress], None] | None,
+                          stopped: list[BaseException]) -> None:
+    """HiGHS calls back often during branch and bound: pass on one report a
+    second to `progress`, and stop the solve once `stopped` has something (a
+    Ctrl-C, or what `progress` raised: HiGHS would swallow it)."""
     last = [-PROGRESS_EVERY]
 
     def report(event: Any) -> None:
+        if stopped:
+            event.data_in.user_interrupt = True
+            return
         out = event.data_out
-        if out.running_time - last[0] >= PROGRESS_EVERY:
-            last[0] = out.running_time
-            progress(SolveProgress(float(out.running_time), float(out.mip_primal_bound),
-                                   float(out.mip_dual_bound), offered))
+        try:
+            if progress is not None and out.running_time - last[0] >= PROGRESS_EVERY:
+                last[0] = out.running_time
+                progress(SolveProgress(float(out.running_time), float(out.mip_primal_bound),
+                                       float(out.mip_dual_bound), offered))
+        except BaseException as exc:  # (raised again after the solve)
+            stopped.append(exc)
+            event.data_in.user_interrupt = True
 
     h.cbMipInterrupt.subscribe(report)
 
