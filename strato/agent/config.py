@@ -154,11 +154,9 @@ def load_file(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not UTF-8 text") from None
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        said = " ".join(str(exc).split())
-        mark = getattr(exc, "problem_mark", None)
-        if isinstance(exc, yaml.MarkedYAMLError) and exc.problem and mark is not None:
-            # (YAML's own message spans lines and quotes the text)
-            said = f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
+        from strato.cli.hints import parse_error
+
+        said = parse_error(exc)
         kind = "TOML" if p.suffix == ".toml" else "YAML"
         raise ConfigError(f"{p} is not valid {kind}: {said}") from None
     if not isinstance(data, dict):

@@ -28,6 +28,16 @@ def unreachable(url: str, exc: Exception, *, timeout_flag: str | None = "--timeo
     return escape(f"{url} could not be reached: {str(exc).rstrip('.')}; {_SERVE}")
 
 
+def parse_error(exc: Exception) -> str:
+    """A YAML (or other) parser's error in one line: YAML's own spans several
+    and quotes the text; its problem and where it is are enough."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if problem and mark is not None:
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(exc).split())
+
+
 def refused(status: int) -> str:
     """A hint for a 401 or 403 (empty for other statuses)."""
     if status not in (401, 403):

@@ -124,14 +124,16 @@ def _aggregates(text: str) -> list[str]:
 def load_file(path: Path) -> dict[str, Any]:
     """A request body from JSON or YAML (YAML is a superset, but JSON errors read better)."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text (a request is JSON or YAML)") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise InputError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                         f"{exc}") from None
+                         f"{hints.parse_error(exc)}") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: the request must be a mapping (a JSON object)")
     return data

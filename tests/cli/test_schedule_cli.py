@@ -213,6 +213,18 @@ def test_invalid_inputs_exit_2_before_any_request(monkeypatch: pytest.MonkeyPatc
     bad.write_text("- just\n- a list\n")
     result = invoke("explain", "-f", str(bad))
     assert result.exit_code == 2 and "mapping" in result.output
+    # Not text (was a UnicodeDecodeError traceback), not YAML (was five lines
+    # of the parser's): one line each.
+    for name, content, said in (
+            ("b.json", b"\xff\xfe{}", "b.json: not UTF-8 text"),
+            ("c.yaml", b"a: [1\n", "c.yaml: not valid YAML: expected ',' or ']', but got "
+             "'<stream end>' (line 2, column 1)")):
+        bad = tmp_path / name
+        bad.write_bytes(content)
+        result = invoke("schedule", "-f", str(bad))
+        assert result.exit_code == 2, result.output
+        assert said in result.output and "Traceback" not in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
     # A body guessed from the flags' names: the file is named, and what it lacks.
     guessed = tmp_path / "guessed.json"
     guessed.write_text('{"resources": {"VCPU": 1}, "count": 2}')
