@@ -278,6 +278,12 @@ def _prepare_database(url: str, create: bool) -> str | None:
                 first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
                 console.print(f"[red]cannot use the database[/] {_redact(url)}: {first}")
                 raise typer.Exit(1) from None
+        except sa.exc.DatabaseError as exc:
+            # (not OperationalError: a file that is not a SQLite database, say)
+            first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            console.print(f"[red]cannot use the database[/] {_redact(url)}: "
+                          f"{escape(first)}", soft_wrap=True)
+            raise typer.Exit(1) from None
         except sa.exc.ArgumentError as exc:
             console.print(f"[red]invalid --db[/] {_redact(url)}: {escape(str(exc))}")
             raise typer.Exit(2) from None
