@@ -378,8 +378,8 @@ def serve(
                                               "by provider uuid."),
     max_candidates: int = typer.Option(None, envvar="STRATO_MAX_CANDIDATES",
                                        help="Stop building allocation candidates after this "
-                                       "many (Placement's max_allocation_candidates). "
-                                       "Default: -1, no cap."),
+                                       "many (Placement's max_allocation_candidates): at "
+                                       "least 1, or -1 for no cap (the default)."),
     max_combinations: int = typer.Option(
         None, envvar="STRATO_MAX_COMBINATIONS",
         help="Most combinations of nested providers one request may examine when it "

@@ -78,6 +78,10 @@ class EngineConfig:
                                    or builder.MAX_COMBINATIONS)
         if max_combinations < 1:
             raise ValueError(f"max combinations must be at least 1, not {max_combinations}")
+        if max_candidates == 0 or max_candidates < -1:
+            # (0 would answer every GET /allocation_candidates with none)
+            raise ValueError(f"max candidates must be -1 (no cap) or at least 1, not "
+                             f"{max_candidates}")
         return cls(weigher=WeigherConfig(name=weigher, class_weights=dict(class_weights),
                                          randomize=randomize),
                    max_candidates=max_candidates, max_combinations=max_combinations)

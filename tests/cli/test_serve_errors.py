@@ -187,7 +187,10 @@ def test_bad_security_options_end_in_one_line(tmp_path: Path) -> None:
     (["--child-timeout", "-1"], "--child-timeout"),
     (["--stale-after", "-1"], "--stale-after"),
     (["--workers", "0"], "--workers"),
-    (["--min-body-rate", "0"], "min body rate")])
+    (["--min-body-rate", "0"], "min body rate"),
+    # 0 answered every GET /allocation_candidates with none; -5 meant no cap.
+    (["--max-candidates", "0"], "max candidates must be -1 (no cap) or at least 1, not 0"),
+    (["--max-candidates", "-5"], "max candidates must be -1 (no cap) or at least 1, not -5")])
 def test_an_option_out_of_range_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
                                                        said: str) -> None:
     r = serve("--db", f"sqlite:///{tmp_path / 'x.db'}", *args)
