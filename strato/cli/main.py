@@ -232,6 +232,12 @@ def _owner_only(path: Path) -> None:
     owner only. New files (the database, its WAL and shared-memory files) are
     made so by the umask; files made by an earlier version are tightened."""
     os.umask(0o077)
+    try:
+        with path.open("rb") as f:
+            if f.read(16) not in (b"", b"SQLite format 3\x00"):
+                return  # not a database (a --db naming another file): left as it is
+    except OSError:
+        pass  # not there yet, or not readable: said when it is opened
     for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         try:
             if p.exists() and p.stat().st_uid == os.getuid():

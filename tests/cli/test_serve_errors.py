@@ -69,6 +69,7 @@ def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
     # (a typo'd --db naming some other file: a DatabaseError traceback)
     other = tmp_path / "notes.txt"
     other.write_text("not a database\n" * 100)
+    other.chmod(0o644)
     for args in (["serve", "--port", str(free_port())], ["db", "upgrade"]):
         r = subprocess.run([sys.executable, "-m", "strato", *args, "--db",
                             f"sqlite:///{other}"], capture_output=True, text=True,
@@ -76,6 +77,8 @@ def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
         assert r.returncode == 1, (args, r.stdout, r.stderr)
         assert "cannot use the database" in one_line(r) and "file is not a database" in r.stderr
         assert "serving on" not in r.stdout + r.stderr
+        # Not a zone's database: its mode is not the zone's to tighten.
+        assert other.stat().st_mode & 0o777 == 0o644
 
 
 def test_a_taken_port_and_a_bad_parent(tmp_path: Path) -> None:
