@@ -484,22 +484,48 @@ async def _plan(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
 
 
 def _binding(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
-             wide: Sequence[tuple[int, SpreadRuleSpec]]) -> list[str]:
-    """The hard rules above the children that cannot hold the request's
-    instances in the domains the children with room make up, e.g.
-    "anti_affinity db@zone: 3 instances, 2 zones"."""
+             wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy | None = None
+             ) -> list[str]:
+    """The hard rules above the children that cannot hold all the request's
+    instances in the domains of the children that could take one, said as a
+    zone without children says them (scheduler.py's _together), e.g.
+    "anti_affinity db@site: 3 instances need 3 sites apart, and the children
+    that could take one are in 2 site(s)". (Each child's count is under the
+    rules already: a child that is one site takes one instance of a site
+    anti-affinity, so the counts alone never show the rule.)"""
     n = len(req.consumers)
     out = []
-    for _, r in wide:
-        most = 1 if r.type == "anti_affinity" else r.max_per_domain
-        if not r.hard or most is None:
+    for i, r in wide:
+        if not r.hard:
             continue
-        domains = {domain(k, r.level) or k.name for k, c in counts if c > 0}
-        if len(domains) * most < n:
-            each = "" if r.type == "anti_affinity" else f" (at most {most} in each)"
-            out.append(f"{r.type} {r.group or req.group or '-'}@{r.level}: {n} instances, "
-                       f"{len(domains)} {r.level}{'s' if len(domains) != 1 else ''}{each}")
+        name = f"{r.type} {r.group or req.group or ''}@{r.level}"
+        room: Counter[str] = Counter()
+        for k, c in counts:
+            if c > 0:
+                room[domain(k, r.level) or k.name] += c
+        lv, doms = r.level, len(room)
+        if r.type == "anti_affinity":
+            if joins(req, r) and doms < n:
+                out.append(f"{name}: {n} instances need {n} {lv}s apart, and the children "
+                           f"that could take one are in {doms} {lv}(s)")
+        elif r.type == "spread":
+            if r.max_per_domain is not None:
+                held = (occ or {}).get(i, Counter())
+                more = sum(min(c, max(0, r.max_per_domain - held[d])) for d, c in room.items())
+                if more < n:
+                    out.append(f"{name}: at most {r.max_per_domain} per {lv}, and the {doms} "
+                               f"{lv}(s) the children that could take one are in take "
+                               f"{more} more")
+        elif joins(req, r) and n > 1 and room and max(room.values()) < n:
+            out.append(f"{name}: no single {lv} among the {doms} the children that could "
+                       f"take one are in has room for all {n} instances")
     return out
+
+
+def joins(req: ScheduleRequest, rule: SpreadRuleSpec) -> bool:
+    """The request's instances join the rule's group: an affinity or
+    anti-affinity rule is then about them too, not only the members before."""
+    return req.group is not None and (rule.group or req.group) == req.group
 
 
 def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
@@ -686,11 +712,11 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
         who = ("this zone's own providers and its children" if any(k.name == OWN for k in cands)
                else "the children")
         why = f"{who} could take {total} of {n} instance(s) together ({took})"
-        rules = _binding(req, counts, wide) if sum(c for _, c in counts) >= n else []
-        if rules:
-            # Room enough: a rule above the children is what made it impossible.
-            why = f"{'; '.join(rules)}: {why}"
-        outcomes.append(Outcome(DIVIDED, Result.NO_VALID_PLACEMENT, why))
+        # A rule above the children that made it impossible is said first, as
+        # a zone without children says it (its explain's `cause`).
+        cause = "; ".join(_binding(req, counts, wide, occ))
+        outcomes.append(Outcome(DIVIDED, Result.NO_VALID_PLACEMENT, why,
+                                {"cause": cause} if cause else None))
         return None
     consumers = list(req.consumers)
     split: list[tuple[Child, list[str]]] = []

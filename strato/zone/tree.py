@@ -1505,10 +1505,19 @@ class ZoneTree:
             explain=self._explain(outcomes))
 
     def _explain(self, outcomes: list[Outcome]) -> dict[str, Any]:
-        return {"zone": self.config.name,
-                "summary": "; ".join(f"{o.zone or 'own providers'}: {o.reason}"
-                                     for o in outcomes) or "no zone to ask",
-                "children": [o.as_dict() for o in outcomes]}
+        out: dict[str, Any] = {
+            "zone": self.config.name,
+            "summary": "; ".join(f"{o.zone or 'own providers'}: {o.reason}"
+                                 for o in outcomes) or "no zone to ask",
+            "children": [o.as_dict() for o in outcomes]}
+        # A rule above the children that no division could keep: said first,
+        # as `cause`, as a zone without children says what its rules need.
+        causes = [str(o.explain["cause"]) for o in outcomes
+                  if o.zone == split.DIVIDED and o.explain and o.explain.get("cause")]
+        if causes:
+            out["cause"] = causes[-1]
+            out["summary"] = f"{causes[-1]}; {out['summary']}"
+        return out
 
     def _finish_explain(self, req: ScheduleRequest, answer: dict[str, Any],
                         outcomes: list[Outcome]) -> dict[str, Any]:

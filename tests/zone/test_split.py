@@ -747,3 +747,36 @@ def test_rules_at_level_zone_reach_this_zones_own_hosts_as_one_zone(tmp_path: Pa
                                                          constraints=[anti, here]))
         assert r.status_code == 409, r.text
     run(tmp_path, with_own_hosts(scenario), hosts=2)
+
+
+def test_a_refusal_by_a_hard_rule_above_the_cells_names_the_rule(tmp_path: Path) -> None:
+    """As a zone without children names the rule its instances cannot keep
+    together (its explain's `cause`), the root does: each cell's own count is
+    under the rule already (one site takes one instance of a site
+    anti-affinity), so "could take 2 of 3" alone hid why."""
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+        cases = [
+            (req(3, 1, group="db", constraints=[{"type": "anti_affinity", "level": "site"}]),
+             "anti_affinity db@site: 3 instances need 3 sites apart, and the children that "
+             "could take one are in 2 site(s)"),
+            (req(3, 1, constraints=[{"type": "spread", "level": "site", "max_per_domain": 1}]),
+             "spread @site: at most 1 per site, and the 2 site(s) the children that could "
+             "take one are in take 2 more"),
+            (req(5, group="web", constraints=[{"type": "affinity", "level": "site"}]),
+             "affinity web@site: no single site among the 2 the children that could take "
+             "one are in has room for all 5 instances"),
+        ]
+        for body, cause in cases:
+            for dry in (False, True):
+                r = await c.post("/strato/v1/schedule", json={**body, "dry_run": dry})
+                assert r.status_code == 409, r.text
+                assert r.json()["errors"][0]["detail"].startswith(
+                    f"no valid placement for {len(body['consumers'])} consumer(s) under zone "
+                    f"global: {cause}"), r.text
+                assert r.json()["explain"]["cause"] == cause, r.text
+            r = await c.post("/strato/v1/explain", json=body)
+            assert r.status_code == 200 and r.json()["placements"] == [], r.text
+            assert r.json()["explain"]["cause"] == cause, r.text
+        assert await used(tree, "dfw") == 0 and await used(tree, "ord") == 0
+    run(tmp_path, scenario, hosts=2)
