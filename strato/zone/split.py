@@ -126,10 +126,14 @@ def relax_together(req: ScheduleRequest, kids: Sequence[Child], answer: dict[str
 
 
 def must_split(req: ScheduleRequest, kids: Sequence[Child]) -> bool:
-    """An anti-affinity rule above the children: no child may take two instances
-    (a soft one: should not), so the request is divided from the start."""
+    """An anti-affinity rule above the children that the request's instances
+    are subject to (they join its group), or a spread: no child may take two
+    instances (a soft one: should not), so the request is divided from the
+    start. Anti-affinity to another group only keeps them from where that
+    group's members are."""
     return len(req.consumers) > 1 and any(
-        r.type in ("anti_affinity", "spread") for _, r in wide_rules(req, kids))
+        r.type == "spread" or (r.type == "anti_affinity" and joins(req, r))
+        for _, r in wide_rules(req, kids))
 
 
 def for_child(req: ScheduleRequest) -> ScheduleRequest:
@@ -158,7 +162,7 @@ def in_one_zone(req: ScheduleRequest) -> tuple[ScheduleRequest, list[dict[str, A
                     "child zones", {"summary": "spread at level zone: max_per_domain"})
             relaxed.append(_relaxed(i, c, req))
         if (isinstance(c, SpreadRuleSpec) and c.level == ZONE_LEVEL
-                and c.type == "anti_affinity" and len(req.consumers) > 1):
+                and c.type == "anti_affinity" and len(req.consumers) > 1 and joins(req, c)):
             if c.hard:
                 raise NoValidPlacement(
                     f"no valid placement for {len(req.consumers)} consumer(s): hard "
@@ -449,7 +453,7 @@ def _enough(tree: Splitter, req: ScheduleRequest, cands: Sequence[Child],
             want[rc] = want.get(rc, 0) + amount
     if any(r.type == "spread" for _, r in wide):
         return list(cands)  # the skew is measured over every domain with room
-    one_each = any(r.type == "anti_affinity" for _, r in wide)
+    one_each = any(r.type == "anti_affinity" and joins(req, r) for _, r in wide)
     n = len(req.consumers)
     promised = 0
     for i, k in enumerate(cands):
@@ -539,18 +543,45 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
     for i, r in wide:
         if r.type != "affinity":
             continue
+        # Where the group's members are is where the rule goes (a hard one:
+        # the other children were never candidates, see `allowed`); the
+        # request's own instances are kept in one domain when they join it.
+        held = {d for d, c in (occ or {}).get(i, Counter()).items() if c > 0}
+        together = joins(req, r)
+        if not together and not held:
+            continue  # no member to follow, and the instances may be apart
         room: Counter[str] = Counter()
         for k, cnt in order:
             room[domain(k, r.level) or k.name] += cnt
         if not room:
             break
-        best = max(room, key=lambda d: (room[d], d))
-        if room[best] >= n or r.hard:
-            order = [(k, c) for k, c in order if (domain(k, r.level) or k.name) == best]
+        if together:
+            # Members in several domains: a hard rule was refused before
+            # (`allowed`), a soft one is relaxed (`relax_scattered`).
+            pick = held if len(held) == 1 else set(room)
+            best = max((d for d in room if d in pick), key=lambda d: (room[d], d),
+                       default=None)
+            keep = {best} if best is not None and (room[best] >= n or r.hard) else set()
+        else:
+            keep = held if sum(room[d] for d in held) >= n or r.hard else set()
+        if keep or r.hard:
+            order = [(k, c) for k, c in order if (domain(k, r.level) or k.name) in keep]
         else:
             relaxed.append(_relaxed(i, r, req))
-    anti = [(i, r) for i, r in wide if r.type == "anti_affinity"]
+    anti = [(i, r) for i, r in wide if r.type == "anti_affinity" and joins(req, r)]
     spreads = [(i, r) for i, r in wide if r.type == "spread"]
+    # Anti-affinity to another group: only where its members are is out (a
+    # hard one: those children were never candidates, see `allowed`); a soft
+    # one keeps the request from there while the others have room.
+    avoid = [(i, r) for i, r in wide if r.type == "anti_affinity" and not joins(req, r)
+             and not r.hard and any((occ or {}).get(i, Counter()).values())]
+    if avoid:
+        clear = [(k, c) for k, c in order
+                 if not any((occ or {})[i][domain(k, r.level) or k.name] for i, r in avoid)]
+        if sum(c for _, c in clear) >= n:
+            order = clear
+        else:
+            relaxed += [_relaxed(i, r, req) for i, r in avoid]
 
     def cap(r: SpreadRuleSpec) -> int | None:
         return 1 if r.type == "anti_affinity" else r.max_per_domain

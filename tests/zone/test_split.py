@@ -780,3 +780,40 @@ def test_a_refusal_by_a_hard_rule_above_the_cells_names_the_rule(tmp_path: Path)
             assert r.json()["explain"]["cause"] == cause, r.text
         assert await used(tree, "dfw") == 0 and await used(tree, "ord") == 0
     run(tmp_path, scenario, hosts=2)
+
+
+def test_rules_about_another_group_do_not_keep_the_requests_instances_apart_or_together(
+        tmp_path: Path) -> None:
+    """An affinity or anti-affinity rule naming a group the request does not
+    join is about that group's members only, as in one zone: the new
+    instances may share a site (anti-affinity) or be in several (affinity).
+    The root capped them at one per site (refused three over two sites) and
+    kept them in one site."""
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+        # Affinity to a group without members: anywhere, not in one site (no
+        # site has three whole hosts).
+        r = await c.post("/strato/v1/schedule", json=req(3, group="web2", dry_run=True,
+                                                         constraints=[
+            {"type": "affinity", "level": "site", "group": "nobody"}]))
+        assert r.status_code == 200, r.text
+        assert sorted(cells(r.json()).values()) == [1, 2], r.text
+        anti = {"type": "anti_affinity", "level": "site", "group": "db"}
+        for group in ("web", None):
+            body = req(3, 1, constraints=[anti], **({"group": group} if group else {}))
+            r = await c.post("/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+        # db's member in ord: a hard rule keeps the next three out of ord.
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="db", constraints=[
+            {"type": "location", "pattern": "ord/*"}]))
+        assert r.status_code == 200, r.text
+        r = await c.post("/strato/v1/schedule", json=req(3, 1, group="web", constraints=[anti]))
+        assert r.status_code == 200, r.text
+        assert cells(r.json()) == {"dfw": 3} and r.json()["relaxed"] == [], r.text
+        # Level zone at a zone without children: one zone, and the instances
+        # need not be apart.
+        r = await tree.client("dfw").post("/strato/v1/schedule", json=req(
+            2, 1, group="web3", constraints=[
+                {"type": "anti_affinity", "level": "zone", "group": "db"}]))
+        assert r.status_code == 200, r.text
+    run(tmp_path, scenario, hosts=2)
