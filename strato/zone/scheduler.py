@@ -470,6 +470,28 @@ class LocalScheduler:
         with self.engine.fresh() as index:
             return bool(index.live()[: index.size].any())
 
+    def own_hosts(self) -> tuple[bool, str | None]:
+        """(whether this zone has providers, the location path all its hosts
+        share above the host level, e.g. `dfw/room0` when every one is in that
+        room; None when one has no location of its own or the zone's)."""
+        self._host_state(set())
+        with self.engine.fresh() as index:
+            n = index.size
+            live = index.live()[:n]
+            if not live.any():
+                return False, None
+            arrays = self.hosts.arrays(index)
+            roots = np.flatnonzero(live & (index.root[:n] == np.arange(n)))
+            locs = [arrays.locations[int(c)] for c in np.unique(arrays.loc_code[roots])]
+        if not locs or any(loc is None for loc in locs):
+            return True, None
+        common: list[str] = []
+        for segs in zip(*(loc for loc in locs if loc is not None), strict=False):
+            if len(set(segs)) != 1 or len(common) >= len(self.levels) - 1:
+                break
+            common.append(segs[0])
+        return True, "/".join(common) or None
+
     def schedule_with_summary(self, req: ScheduleRequest) -> dict[str, Any]:
         """schedule(), plus this zone's summary when a parent asked: one thread hop."""
         return self._with_summary(req, self.schedule(req))

@@ -26,8 +26,9 @@ each child zone is its own domain), so no one child may take two instances.
    ``unplaced``.
 4. **Answer.** The placements of every share, with zone paths from here.
 
-Not divided (yet): a request that needs this zone's sharing pools, or this
-zone's own providers (only children take shares).
+This zone's own providers take a share too (named OWN, asked first), and
+under rules above the children only when all of them lie in one domain of
+each rule's level (``takes_part``): then they are one more domain, as a child.
 """
 
 from __future__ import annotations
@@ -190,7 +191,8 @@ def member_domain(member: Mapping[str, Any], level: str, kids: Mapping[str, Chil
     segs = str(member.get("zone", "")).split("/")
     below = kids.get(segs[1]) if len(segs) > 1 else None
     if level == ZONE_LEVEL:
-        return segs[1] if len(segs) > 1 else segs[0]
+        # On this zone's own providers: their share's domain (see `domain`).
+        return segs[1] if len(segs) > 1 else OWN
     if level in levels and member.get("location"):
         loc = str(member["location"]).strip("/").split("/")
         depth = list(levels).index(level) + 1
@@ -304,7 +306,7 @@ def relax_missed(req: ScheduleRequest, kids: Sequence[Child],
     more: list[dict[str, Any]] = []
     for p in answer.get("placements", []):
         segs = str(p.get("zone", "")).split("/")
-        child = by_name.get(segs[1]) if len(segs) > 1 else None
+        child = by_name.get(segs[1] if len(segs) > 1 else OWN)
         if child is None:
             continue
         for i, r in soft_misses(req, child, kids, wide, occ):
@@ -355,9 +357,17 @@ def allowed(req: ScheduleRequest, kids: Sequence[Child],
     return out
 
 
+def takes_part(own: Child, wide: Sequence[tuple[int, SpreadRuleSpec]]) -> bool:
+    """This zone's own providers (`own`, located where all its hosts are) are
+    one domain of every rule above the children, as each child is: they take
+    part in keeping them (a share of a divided request, a domain whose
+    members count). Hosts in several rooms are not one domain of a room rule:
+    they are left out of a request that such a rule divides."""
+    return all(domain(own, r.level) is not None for _, r in wide)
+
+
 def own_excluded(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSpec]],
-                 occ: Occupancy, found: Mapping[str, Mapping[str, Any]], here: str
-                 ) -> str | None:
+                 occ: Occupancy, found: Mapping[str, Mapping[str, Any]]) -> str | None:
     """Why this zone's own providers may not take the request under a hard
     affinity rule above the children, or None: their planner sees only the
     members on them, so members below a child, or in several domains, would
@@ -366,10 +376,11 @@ def own_excluded(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSpec]
     for i, r in wide:
         g = r.group or req.group
         if r.hard and r.level == ZONE_LEVEL and r.type != "affinity":
-            # This zone's own providers are one zone (`here`) of the rule.
+            # This zone's own providers are one zone (OWN) of the rule.
             most = 1 if r.type == "anti_affinity" else r.max_per_domain
-            if most is not None and occ.get(i, Counter())[here] >= most:
-                return f"group {g} already has {most} member(s) in zone {here} ({r.type})"
+            if most is not None and occ.get(i, Counter())[OWN] >= most:
+                return (f"group {g} already has {most} member(s) in this zone's own "
+                        f"providers ({r.type} at level zone)")
         if not r.hard or r.type != "affinity":
             continue
         if (apart := scattered(req, i, r, occ)):
@@ -713,7 +724,7 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     outcomes[:] = [o for o in outcomes if not (o.outcome == Result.PRUNED and o.zone in looked)]
     outcomes += first
     wide = wide_rules(req, kids)
-    if own is not None and not wide:
+    if own is not None and takes_part(own, wide):
         cands = [own, *cands]
     if not cands:
         return None

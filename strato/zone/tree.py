@@ -177,7 +177,8 @@ class ZoneTree:
     _round_started: float = float("-inf")  # the last round of learn_names
     _rounds: tuple[float, float] = (float(LEARN_BURST), 0.0)  # (tokens, when counted)
     _kids: tuple[float, list[Child]] | None = None
-    _own: tuple[float, bool] | None = None
+    # (when looked, whether this zone has providers, where they all are)
+    _own: tuple[float, bool, str | None] | None = None
     # The children the last summary merged as overlapping (warned once).
     _overlaps: list[str] = field(default_factory=list)
     # Children with requests in doubt (None: not read from the store yet).
@@ -777,8 +778,8 @@ class ZoneTree:
         now = time.monotonic()
         if not fresh and self._own is not None and now - self._own[0] < OWN_TTL_S:
             return self._own[1]
-        has = await run_in_threadpool(self.local.has_providers)
-        self._own = (now, has)
+        has, where = await run_in_threadpool(self.local.own_hosts)
+        self._own = (now, has, where)
         return has
 
     async def own_summary(self) -> dict[str, Any]:
@@ -1372,17 +1373,28 @@ class ZoneTree:
             occ, unknown = split.occupancy(req, kids, wide, found)
             first: list[Outcome] = []
             kids = split.allowed(req, kids, wide, occ, unknown, first)
-            why = split.own_excluded(req, wide, occ, found, self.config.name)
-            if why is not None and await self.has_providers():
-                first.append(Outcome(LOCAL, Result.PRUNED, why))
+            local = True
+            steered = list(kids)
+            if await self.has_providers():
+                why = split.own_excluded(req, wide, occ, found)
+                own = await self.own_child()
+                if why is not None:
+                    first.append(Outcome(LOCAL, Result.PRUNED, why))
+                    local = False
+                elif split.takes_part(own, wide):
+                    # Their hosts are all in one domain of each rule (a
+                    # room of their own beside the children's): that
+                    # domain's members count, wherever they are below here.
+                    local = bool(split.allowed(req, [own], wide, occ, unknown, first))
+                    steered = [own, *kids] if local else steered
             # One instance: the children that keep the soft rules are asked first.
-            penalty = split.penalties(req, kids, wide, occ)
+            penalty = split.penalties(req, steered, wide, occ)
             answer, outcomes = await self._place_in(req, kids, attempt, occ, penalty,
-                                                    local=why is None)
+                                                    local=local)
             if answer is not None:
                 answer = split.relax_scattered(req, wide, occ, answer)
                 if penalty:
-                    answer = split.relax_missed(req, kids, wide, occ, answer)
+                    answer = split.relax_missed(req, steered, wide, occ, answer)
             return answer, first + outcomes
 
     async def _place_in(self, req: ScheduleRequest, kids: Sequence[Child],
@@ -1418,7 +1430,7 @@ class ZoneTree:
         if answer is None and len(req.consumers) > 1 and not outage(outcomes):
             # No child takes it whole: divide it among several (zone/split.py),
             # this zone's own providers among them.
-            own = self.own_child() if local and await self.has_providers() else None
+            own = await self.own_child() if local and await self.has_providers() else None
             answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ, own)
         elif answer is not None and not req.atomic and answer.get("unplaced"):
             answer = await self._place_rest(req, kids, answer, outcomes, attempt, occ,
@@ -1437,13 +1449,14 @@ class ZoneTree:
         rest = req.model_copy(update={"consumers": list(answer["unplaced"])})
         wide = split.wide_rules(req, kids)
         # This zone's own providers too, unless they placed part of it already
-        # or a rule above the children applies (they are not one of its domains).
-        here = (own and not wide and not shared.local_consumers(answer)
-                and await self.has_providers())
+        # or a rule above the children applies that they are not one domain of.
+        here = (own and not shared.local_consumers(answer) and await self.has_providers()
+                and split.takes_part(mine := await self.own_child(), wide))
         if occ is not None and wide:
             # What was just placed counts against the rules, as the members before.
             split.add_placements(occ, req, kids, wide, answer["placements"])
             others = split.allowed(req, others, wide, occ, set(), outcomes)
+            here = here and bool(split.allowed(req, [mine], wide, occ, set(), outcomes))
         if not others and not here:
             return answer
         if any(r.hard for _, r in split.kept_together(req, kids)):
@@ -1451,7 +1464,7 @@ class ZoneTree:
         more = await self._decide(rest, others, outcomes, attempt, local=here)
         if more is None and len(rest.consumers) > 1:
             more = await split.schedule_across(self, rest, others, outcomes, attempt, occ,
-                                               self.own_child() if here else None)
+                                               await self.own_child() if here else None)
         if more is None:
             return answer
         if more.get("placements"):
@@ -1651,9 +1664,14 @@ class ZoneTree:
             return await self._run_local(req, attempt)
         return await self._ask(child, req, attempt, share)
 
-    def own_child(self) -> Child:
-        """This zone's own providers as a share of a divided request."""
-        return Child(name=LOCAL, url="", location_prefix=self.config.location_prefix,
+    async def own_child(self) -> Child:
+        """This zone's own providers as a share of a divided request, located
+        where all its hosts are (so a rule whose level they share one domain
+        of, a room, takes them as one more domain, as a child cell)."""
+        await self.has_providers()
+        where = self._own[2] if self._own is not None else None
+        return Child(name=LOCAL, url="",
+                     location_prefix=where or self.config.location_prefix,
                      tags=tuple(self.config.tags), credential=None)
 
     async def confirm_here(self, consumers: Sequence[str]) -> bool:

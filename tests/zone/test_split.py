@@ -817,3 +817,66 @@ def test_rules_about_another_group_do_not_keep_the_requests_instances_apart_or_t
                 {"type": "anti_affinity", "level": "zone", "group": "db"}]))
         assert r.status_code == 200, r.text
     run(tmp_path, scenario, hosts=2)
+
+
+# -- a mid zone: hosts of its own in a room beside its cells' rooms ------------------------
+
+MID = [*ROOMS, ZoneSpec("ord", parent="global", location_prefix="ord")]
+
+
+def with_a_mid_zone(scenario: Callable[[InProcessTree], Awaitable[None]]
+                    ) -> Callable[[InProcessTree], Awaitable[None]]:
+    """dfw has two 16-VCPU hosts of its own in dfw/room0 (one per rack) and
+    two cells, one room each, of two 8-VCPU hosts; ord has two."""
+    async def wrapped(tree: InProcessTree) -> None:
+        for i in range(2):
+            await host(tree.client("dfw"), f"dfw-own{i}", f"dfw/room0/rack{i}/own{i}", vcpu=16)
+        for cell in ("dfw-r1", "dfw-r2", "ord"):
+            prefix = tree.specs[cell].location_prefix
+            loc = prefix if "room" in str(prefix) else f"{prefix}/room1"
+            for i in range(2):
+                await host(tree.client(cell), f"{cell}-h{i}", f"{loc}/rack{i}/{cell}-h{i}")
+        for z in ("dfw", "global"):
+            await zt(tree, z).refresh(fresh=True)
+        await scenario(tree)
+    return wrapped
+
+
+def test_a_mid_zones_own_hosts_are_one_more_room_of_a_room_rule(tmp_path: Path) -> None:
+    """At dfw a room rule is above its cells (one room each); its own hosts,
+    all in room0, are one more room, as in one zone with the same hosts: they
+    were left out of a divided request (three rooms apart refused) and their
+    members not steered from by a soft rule."""
+    async def scenario(tree: InProcessTree) -> None:
+        anti = {"type": "anti_affinity", "level": "room"}
+        dfw_only = {"type": "location", "pattern": "dfw/*"}
+        for zone in ("dfw", "global"):
+            body = req(3, 1, group=f"a-{zone}", constraints=[anti, dfw_only])
+            r = await tree.client(zone).post("/strato/v1/schedule",
+                                             json={**body, "dry_run": True})
+            assert r.status_code == 200, r.text
+            r = await tree.client(zone).post("/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+            assert rooms(r.json()) == {"room0": 1, "room1": 1, "room2": 1}, r.text
+            # Every room holds one: a fourth is refused, the rule named.
+            r = await tree.client(zone).post("/strato/v1/schedule", json=req(
+                1, 1, group=f"a-{zone}", constraints=[anti, dfw_only]))
+            assert r.status_code == 409, r.text
+            assert "anti_affinity" in r.json()["errors"][0]["detail"], r.text
+        assert own_used(tree, "dfw") == 2
+        # The spread rule's cap, likewise.
+        r = await tree.client("dfw").post("/strato/v1/schedule", json=req(3, 1, constraints=[
+            {"type": "spread", "level": "room", "max_per_domain": 1}]))
+        assert r.status_code == 200, r.text
+        assert rooms(r.json()) == {"room0": 1, "room1": 1, "room2": 1}, r.text
+        # A member in room0 (own hosts, the roomiest): a soft room rule sends
+        # the next one to a cell's room, kept, not to room0 and relaxed.
+        r = await tree.client("dfw").post("/strato/v1/schedule", json=req(
+            1, 1, group="s", constraints=[{"type": "location", "pattern": "dfw/room0/*"}]))
+        assert r.status_code == 200, r.text
+        for zone in ("dfw", "global"):
+            r = await tree.client(zone).post("/strato/v1/schedule", json=req(
+                1, 1, group="s", dry_run=True, constraints=[{**anti, "hard": False}, dfw_only]))
+            assert r.status_code == 200, r.text
+            assert r.json()["relaxed"] == [] and rooms(r.json()) != {"room0": 1}, r.text
+    run(tmp_path, with_a_mid_zone(scenario), zones=MID, hosts=0)
