@@ -395,6 +395,115 @@ def own_excluded(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSpec]
     return None
 
 
+def deep_affinity(req: ScheduleRequest, kids: Sequence[Child]
+                  ) -> list[tuple[int, SpreadRuleSpec]]:
+    """The affinity rules at a level below the children (a room, when each
+    child is a site): a child keeps one only with the members it holds
+    itself, so this zone sends the request where the group's members are."""
+    wide = {i for i, _ in wide_rules(req, kids)}
+    return [(i, c) for i, c in enumerate(req.constraints)
+            if isinstance(c, SpreadRuleSpec) and c.type == "affinity" and i not in wide]
+
+
+class Following:
+    """Where the affinity rules below the children let the request go, given
+    where their groups' members are (`follow`)."""
+
+    def __init__(self) -> None:
+        self.own = True                       # this zone's own providers may take it
+        # The weight of the soft rules broken, per child (OWN: own providers).
+        self.penalty: dict[str, float] = {}
+        self.holders: dict[int, set[str]] = {}  # rule -> children (OWN) holding members
+        self.relaxed: list[dict[str, Any]] = []  # soft rules that cannot hold anywhere
+
+
+def follow(req: ScheduleRequest, kids: Sequence[Child],
+           deep: Sequence[tuple[int, SpreadRuleSpec]], found: Mapping[str, Mapping[str, Any]],
+           outcomes: list[Outcome]) -> tuple[list[Child], Following]:
+    """(the children an affinity rule below them allows, and the rest of what
+    they say): a hard one goes only to the children (or this zone's own
+    providers) that hold the group's members, since the others see none and
+    would allow any domain; a soft one prefers them. Members of a group the
+    request joins under two zones (two sites, so two rooms) cannot all share
+    one room: a hard rule is refused, a soft one relaxed."""
+    out = Following()
+    mine = set(req.consumers)
+    allowed_kids = list(kids)
+    for i, r in deep:
+        g = r.group or req.group
+        where: set[str] = set()
+        doms: set[str | None] = set()
+        for m in (found.get(g or "") or {}).get("members", []):
+            if m["consumer"] in mine:
+                continue
+            segs = str(m.get("zone", "")).split("/")
+            where.add(segs[1] if len(segs) > 1 else OWN)
+            doms.add(_location_domain(m, r.level))
+        if not where:
+            continue
+        out.holders[i] = where
+        apart = joins(req, r) and len(where) > 1 and (None in doms or len(doms) > 1)
+        named = sorted(str(d) for d in doms if d is not None)
+        if apart:
+            if r.hard:
+                why = (f"affinity {g}@{r.level}: members already in {len(where)} zones "
+                       f"({', '.join(sorted(x or 'own providers' for x in where))}"
+                       f"{': ' + ', '.join(named) if named else ''}), so not every member "
+                       f"can share one {r.level} (hard affinity)")
+                outcomes += [Outcome(k.name, Result.PRUNED, why) for k in allowed_kids]
+                allowed_kids = []
+                if out.own:
+                    outcomes.append(Outcome(OWN, Result.PRUNED, why))
+                out.own = False
+            else:
+                out.relaxed.append(_relaxed(i, r, req))
+            continue
+        if r.hard:
+            why = (f"group {g} has its members in zone(s) "
+                   f"{', '.join(sorted(x or 'own providers' for x in where))} "
+                   f"(hard affinity at level {r.level}, below the children)")
+            outcomes += [Outcome(k.name, Result.PRUNED, why)
+                         for k in allowed_kids if k.name not in where]
+            allowed_kids = [k for k in allowed_kids if k.name in where]
+            if out.own and OWN not in where:
+                outcomes.append(Outcome(OWN, Result.PRUNED, why))
+                out.own = False
+        else:
+            for name in [*(k.name for k in kids), OWN]:
+                if name not in where:
+                    out.penalty[name] = out.penalty.get(name, 0.0) + r.weight
+    return allowed_kids, out
+
+
+def relax_unfollowed(req: ScheduleRequest, deep: Sequence[tuple[int, SpreadRuleSpec]],
+                     following: Following, answer: dict[str, Any]) -> dict[str, Any]:
+    """`answer` with the soft affinity rules below the children in `relaxed`
+    that it broke (placed in a zone that holds none of the group's members,
+    or the members cannot all share a domain)."""
+    seen = {x.get("index") for x in answer.get("relaxed", [])}
+    more = [x for x in following.relaxed if x["index"] not in seen]
+    seen |= {x["index"] for x in more}
+    zones = {(lambda s: s[1] if len(s) > 1 else OWN)(str(p.get("zone", "")).split("/"))
+             for p in answer.get("placements", [])}
+    for i, r in deep:
+        held = following.holders.get(i)
+        if not r.hard and i not in seen and held and zones - held:
+            seen.add(i)
+            more.append(_relaxed(i, r, req))
+    return {**answer, "relaxed": [*answer.get("relaxed", []), *more]} if more else answer
+
+
+def _location_domain(member: Mapping[str, Any], level: str,
+                     levels: Sequence[str] = DEFAULT_LEVELS) -> str | None:
+    """A member's domain at `level` from its location (None: unknown, or the
+    host level, whose domain is the host itself)."""
+    if level not in levels[:-1] or not member.get("location"):
+        return None
+    loc = str(member["location"]).strip("/").split("/")
+    depth = list(levels).index(level) + 1
+    return "/".join(loc[:depth]) if len(loc) >= depth else None
+
+
 class GroupLocks:
     """One request at a time per server group at this zone, while it reads
     where the group's members are and places new ones (rules above a child

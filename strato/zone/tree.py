@@ -1358,10 +1358,11 @@ class ZoneTree:
                      attempt: Attempt | None) -> tuple[dict[str, Any] | None, list[Outcome]]:
         """Place `req` here or below: (the answer or None, what each zone said)."""
         wide = split.wide_rules(req, kids)
-        groups = split.rule_groups(req, wide)
+        deep = split.deep_affinity(req, kids)
+        groups = split.rule_groups(req, [*wide, *deep])
         if not groups and not any(r.hard for _, r in wide):
-            # No rule above a child about a group, none that must hold: only
-            # the request's own instances count.
+            # No rule about a group's members, none above a child that must
+            # hold: only the request's own instances count.
             return await self._place_in(req, kids, attempt, None)
         # Rules above a child are this zone's to keep, soft ones too: one
         # request per group at a time reads where the group's members are,
@@ -1373,9 +1374,10 @@ class ZoneTree:
             occ, unknown = split.occupancy(req, kids, wide, found)
             first: list[Outcome] = []
             kids = split.allowed(req, kids, wide, occ, unknown, first)
-            local = True
+            kids, following = split.follow(req, kids, deep, found, first)
+            local = following.own
             steered = list(kids)
-            if await self.has_providers():
+            if local and await self.has_providers():
                 why = split.own_excluded(req, wide, occ, found)
                 own = await self.own_child()
                 if why is not None:
@@ -1387,12 +1389,18 @@ class ZoneTree:
                     # domain's members count, wherever they are below here.
                     local = bool(split.allowed(req, [own], wide, occ, unknown, first))
                     steered = [own, *kids] if local else steered
-            # One instance: the children that keep the soft rules are asked first.
+            # One instance: the children that keep the soft rules above them
+            # are asked first; any number: those that hold the members a soft
+            # affinity below them follows.
             penalty = split.penalties(req, steered, wide, occ)
+            if following.penalty:
+                penalty = {name: (penalty or {}).get(name, 0.0) + following.penalty.get(name, 0.0)
+                           for name in [*(k.name for k in kids), LOCAL]}
             answer, outcomes = await self._place_in(req, kids, attempt, occ, penalty,
                                                     local=local)
             if answer is not None:
                 answer = split.relax_scattered(req, wide, occ, answer)
+                answer = split.relax_unfollowed(req, deep, following, answer)
                 if penalty:
                     answer = split.relax_missed(req, steered, wide, occ, answer)
             return answer, first + outcomes

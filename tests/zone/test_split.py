@@ -880,3 +880,46 @@ def test_a_mid_zones_own_hosts_are_one_more_room_of_a_room_rule(tmp_path: Path) 
             assert r.status_code == 200, r.text
             assert r.json()["relaxed"] == [] and rooms(r.json()) != {"room0": 1}, r.text
     run(tmp_path, with_a_mid_zone(scenario), zones=MID, hosts=0)
+
+
+def test_affinity_below_the_cells_follows_the_members_to_their_cell(tmp_path: Path) -> None:
+    """A room or rack is below the root's cells (each a site): each cell keeps
+    such a rule only with the members it holds. The group's member is in ord:
+    the root sent the next ones to dfw (the roomier cell), whose planner saw
+    no member and allowed any room, so a hard affinity was broken."""
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="g", constraints=[
+            {"type": "location", "pattern": "ord/room1/rack1/*"}]))
+        assert r.status_code == 200, r.text
+        for level in ("room", "rack"):
+            for hard in (True, False):
+                for n in (1, 2):
+                    # (Dry runs: the member stays alone in its rack.)
+                    r = await c.post("/strato/v1/schedule", json=req(
+                        n, 1, group="g", dry_run=True, constraints=[
+                            {"type": "affinity", "level": level, "hard": hard}]))
+                    assert r.status_code == 200, r.text
+                    assert cells(r.json()) == {"ord": n}, r.text
+                    assert r.json()["relaxed"] == [], r.text
+                    if level == "rack":
+                        assert {p["location"].split("/")[2] for p in r.json()["placements"]
+                                } == {"rack1"}, r.text
+        # Affinity to another group follows its members too.
+        r = await c.post("/strato/v1/schedule", json=req(2, 1, group="h", constraints=[
+            {"type": "affinity", "level": "room", "group": "g"}]))
+        assert r.status_code == 200, r.text
+        assert cells(r.json()) == {"ord": 2}, r.text
+        # A member in dfw too: two rooms. Every member in one room cannot hold.
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="g", constraints=[
+            {"type": "location", "pattern": "dfw/*"}]))
+        assert r.status_code == 200, r.text
+        rule = {"type": "affinity", "level": "room"}
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="g", constraints=[rule]))
+        assert r.status_code == 409, r.text
+        assert "affinity g@room: members already in 2 zones" in r.text, r.text
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="g", constraints=[
+            {**rule, "hard": False}]))
+        assert r.status_code == 200, r.text
+        assert [x["rule"] for x in r.json()["relaxed"]] == ["affinity g@room"], r.text
+    run(tmp_path, scenario, hosts=2)
