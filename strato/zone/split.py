@@ -283,15 +283,28 @@ def soft_misses(req: ScheduleRequest, child: Child, kids: Sequence[Child],
     return out
 
 
+def steering(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSpec]]
+             ) -> list[tuple[int, SpreadRuleSpec]]:
+    """The rules above the children that a request placed whole in one child
+    keeps or breaks there as one instance does: every rule for one instance;
+    for several, those about where the members are (an affinity, an
+    anti-affinity to another group), since the others divide it
+    (`must_split`)."""
+    if len(req.consumers) == 1:
+        return list(wide)
+    return [(i, r) for i, r in wide
+            if r.type == "affinity" or (r.type == "anti_affinity" and not joins(req, r))]
+
+
 def penalties(req: ScheduleRequest, kids: Sequence[Child],
               wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy
               ) -> dict[str, float] | None:
-    """For one instance: each child's weight of the soft rules above the
-    children it would break (asked in that order: those that break none
-    first); None when every child keeps them all."""
-    if len(req.consumers) != 1:
-        return None  # several are divided among the children (schedule_across)
-    out = {k.name: sum(r.weight for _, r in soft_misses(req, k, kids, wide, occ))
+    """Each child's weight of the soft rules above the children that the
+    request placed there would break (asked in that order: those that break
+    none first); None when every child keeps them all. (A request for
+    several instances that no child takes whole is divided: `assign`.)"""
+    rules = steering(req, wide)
+    out = {k.name: sum(r.weight for _, r in soft_misses(req, k, kids, rules, occ))
            for k in kids}
     return out if any(out.values()) else None
 
@@ -299,9 +312,10 @@ def penalties(req: ScheduleRequest, kids: Sequence[Child],
 def relax_missed(req: ScheduleRequest, kids: Sequence[Child],
                  wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy,
                  answer: dict[str, Any]) -> dict[str, Any]:
-    """`answer` (one instance) with the soft rules above the children that the
-    child it was placed in breaks in `relaxed`: none that kept them had room."""
+    """`answer` with the soft rules above the children that a child it was
+    placed in breaks (`steering`) in `relaxed`: none that kept them had room."""
     by_name = {k.name: k for k in kids}
+    wide = steering(req, wide)
     seen = {x.get("index") for x in answer.get("relaxed", [])}
     more: list[dict[str, Any]] = []
     for p in answer.get("placements", []):

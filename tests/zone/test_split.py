@@ -923,3 +923,33 @@ def test_affinity_below_the_cells_follows_the_members_to_their_cell(tmp_path: Pa
         assert r.status_code == 200, r.text
         assert [x["rule"] for x in r.json()["relaxed"]] == ["affinity g@room"], r.text
     run(tmp_path, scenario, hosts=2)
+
+
+def test_soft_rules_above_the_cells_steer_several_instances_placed_whole(tmp_path: Path
+                                                                          ) -> None:
+    """Several instances one cell takes whole go where the soft rules about
+    the members are kept (as one instance does, and as one zone does): the
+    root sent them to the roomiest cell, which broke a soft affinity without
+    a word (it saw no member) or relaxed an anti-affinity to another group."""
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+
+        async def place(body: dict[str, Any]) -> dict[str, Any]:
+            r = await c.post("/strato/v1/schedule", json=body)
+            assert r.status_code == 200, r.text
+            return dict(r.json())
+        dfw, ord_ = ({"type": "location", "pattern": f"{s}/*"} for s in ("dfw", "ord"))
+        await place(req(2, 6, constraints=[dfw]))  # dfw: 2 VCPU free a host
+        await place(req(1, 1, group="db", constraints=[ord_]))
+        got = await place(req(2, 1, group="web", dry_run=True, constraints=[
+            {"type": "anti_affinity", "level": "site", "group": "db", "hard": False}]))
+        assert cells(got) == {"dfw": 2} and got["relaxed"] == [], got
+        await place(req(1, 1, group="s", constraints=[dfw]))
+        rule = {"type": "affinity", "level": "site", "hard": False}
+        got = await place(req(2, 1, group="s", dry_run=True, constraints=[rule]))
+        assert cells(got) == {"dfw": 2} and got["relaxed"] == [], got
+        # More than dfw has room for: placed, the rule said relaxed.
+        got = await place(req(4, 1, group="s", dry_run=True, constraints=[rule]))
+        assert len(got["placements"]) == 4, got
+        assert [x["rule"] for x in got["relaxed"]] == ["affinity s@site"], got
+    run(tmp_path, scenario, hosts=2)
