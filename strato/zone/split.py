@@ -419,6 +419,30 @@ def deep_affinity(req: ScheduleRequest, kids: Sequence[Child]
             if isinstance(c, SpreadRuleSpec) and c.type == "affinity" and i not in wide]
 
 
+def kept_apart(req: ScheduleRequest, kids: Sequence[Child]
+               ) -> list[tuple[int, SpreadRuleSpec]]:
+    """The soft anti-affinity rules below the children that keep the request's
+    own instances apart (they join the rule's group): a child keeps one only
+    within its share, and relaxes it when its share does not fit apart, where
+    another division would have kept it."""
+    if len(req.consumers) < 2:
+        return []
+    wide = {i for i, _ in wide_rules(req, kids)}
+    return [(i, c) for i, c in enumerate(req.constraints)
+            if isinstance(c, SpreadRuleSpec) and c.type == "anti_affinity" and not c.hard
+            and i not in wide and joins(req, c)]
+
+
+def hardened(req: ScheduleRequest, rules: Sequence[tuple[int, SpreadRuleSpec]]
+             ) -> ScheduleRequest:
+    """`req` with `rules` (soft) made hard: enforced first, as a zone without
+    children enforces its soft rules first."""
+    which = {i for i, _ in rules}
+    return req.model_copy(update={"constraints": [
+        c.model_copy(update={"hard": True}) if i in which else c
+        for i, c in enumerate(req.constraints)]})
+
+
 class Following:
     """Where the affinity rules below the children let the request go, given
     where their groups' members are (`follow`)."""

@@ -1356,7 +1356,36 @@ class ZoneTree:
 
     async def _place(self, req: ScheduleRequest, kids: Sequence[Child],
                      attempt: Attempt | None) -> tuple[dict[str, Any] | None, list[Outcome]]:
-        """Place `req` here or below: (the answer or None, what each zone said)."""
+        """Place `req` here or below: (the answer or None, what each zone said).
+        Soft rules that keep the instances apart below the children are kept
+        as hard ones first when a plan says every instance fits so (a child
+        would relax one its share cannot keep, where another division keeps
+        it), then as they are."""
+        apart = split.kept_apart(req, kids)
+        if apart:
+            strict = split.hardened(req, apart)
+            plan, _ = await self._place_kept(
+                strict.model_copy(update={"dry_run": True, "request_id": None}), kids, None)
+            if plan is not None and not plan.get("unplaced"):
+                if req.dry_run or attempt is None:
+                    return plan, _
+                answer, outcomes = await self._place_kept(strict, kids, attempt)
+                if answer is not None and not answer.get("unplaced"):
+                    return answer, outcomes
+                if answer is not None:
+                    # atomic=false, short of the plan (lost races): the rest
+                    # as they come, the rule as it is.
+                    rest = req.model_copy(update={"consumers": list(answer["unplaced"])})
+                    more, extra = await self._place_kept(rest, kids, attempt)
+                    outcomes += extra
+                    return (split.combine(answer, more) if more is not None else answer,
+                            outcomes)
+        return await self._place_kept(req, kids, attempt)
+
+    async def _place_kept(self, req: ScheduleRequest, kids: Sequence[Child],
+                          attempt: Attempt | None
+                          ) -> tuple[dict[str, Any] | None, list[Outcome]]:
+        """`_place`, every rule as the request says."""
         wide = split.wide_rules(req, kids)
         deep = split.deep_affinity(req, kids)
         groups = split.rule_groups(req, [*wide, *deep])

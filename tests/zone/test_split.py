@@ -953,3 +953,28 @@ def test_soft_rules_above_the_cells_steer_several_instances_placed_whole(tmp_pat
         assert len(got["placements"]) == 4, got
         assert [x["rule"] for x in got["relaxed"]] == ["affinity s@site"], got
     run(tmp_path, scenario, hosts=2)
+
+
+def test_a_soft_anti_affinity_below_the_cells_is_kept_when_a_division_keeps_it(
+        tmp_path: Path) -> None:
+    """Soft rules are enforced as hard ones first (one zone does so): three
+    instances on three hosts apart fit over two cells of two hosts. The root
+    gave them whole to one cell, which relaxed the rule on its two hosts."""
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+        for level in ("host", "rack"):
+            for dry in (True, False):
+                rule = {"type": "anti_affinity", "level": level, "hard": False}
+                r = await c.post("/strato/v1/schedule", json=req(
+                    3, 1, group=f"w-{level}-{dry}", dry_run=dry, constraints=[rule]))
+                assert r.status_code == 200, r.text
+                answer = r.json()
+                assert answer["relaxed"] == [], answer
+                assert len({p["provider"] for p in answer["placements"]}) == 3, answer
+        # Five cannot be apart on four hosts: placed, the rule relaxed.
+        r = await c.post("/strato/v1/schedule", json=req(5, 1, group="w5", constraints=[
+            {"type": "anti_affinity", "level": "host", "hard": False}]))
+        assert r.status_code == 200, r.text
+        assert [x["rule"] for x in r.json()["relaxed"]] == ["anti_affinity w5@host"], r.text
+        assert await used(tree, "dfw") + await used(tree, "ord") == 3 + 3 + 5
+    run(tmp_path, scenario, hosts=2)
