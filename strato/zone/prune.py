@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from strato.model.location import location_matches, location_pattern
-from strato.model.schedule import LocationRule, ScheduleRequest, TagsRule
+from strato.model.schedule import Constraint, LocationRule, ScheduleRequest, TagsRule
 
 
 def _demand(req: ScheduleRequest) -> dict[str, int]:
@@ -24,20 +24,35 @@ def static_reason(req: ScheduleRequest, summary: dict[str, Any] | None,
                   prefix: str | None, zone_tags: Sequence[str]) -> str | None:
     """Why a zone's location prefix or tags exclude `req` (definite), or None."""
     for c in req.constraints:
-        if not c.hard:
-            continue
-        if (isinstance(c, LocationRule) and prefix
-                and not prefix_compatible(c.pattern, prefix)):
-            return f"pruned: location prefix {prefix} cannot match {c.pattern}"
-        if isinstance(c, TagsRule):
-            present = set(zone_tags) | set((summary or {}).get("tags_present", []))
-            missing = [t for t in c.required if t not in present]
-            if missing and (summary is not None or zone_tags):
-                return f"pruned: no provider tagged {', '.join(missing)}"
-            clash = [t for t in c.forbidden if t in zone_tags]
-            if clash:
-                return f"pruned: zone is tagged {', '.join(clash)}"
+        if c.hard and (why := rule_reason(c, summary, prefix, zone_tags)) is not None:
+            return why
     return None
+
+
+def rule_reason(c: Constraint, summary: dict[str, Any] | None, prefix: str | None,
+                zone_tags: Sequence[str]) -> str | None:
+    """Why no provider of a zone can keep location or tags rule `c` (from its
+    location prefix, tags and summary: definite), or None."""
+    if isinstance(c, LocationRule) and prefix and not prefix_compatible(c.pattern, prefix):
+        return f"pruned: location prefix {prefix} cannot match {c.pattern}"
+    if isinstance(c, TagsRule):
+        present = set(zone_tags) | set((summary or {}).get("tags_present", []))
+        missing = [t for t in c.required if t not in present]
+        if missing and (summary is not None or zone_tags):
+            return f"pruned: no provider tagged {', '.join(missing)}"
+        clash = [t for t in c.forbidden if t in zone_tags]
+        if clash:
+            return f"pruned: zone is tagged {', '.join(clash)}"
+    return None
+
+
+def soft_penalty(req: ScheduleRequest, summary: dict[str, Any] | None, prefix: str | None,
+                 zone_tags: Sequence[str]) -> float:
+    """The weight of the soft location and tags rules no provider of a zone can
+    keep: a zone that may keep them all is asked first, as one zone tries its
+    perfect matches first (the zone asked then keeps what it can)."""
+    return sum(c.weight for c in req.constraints
+               if not c.hard and rule_reason(c, summary, prefix, zone_tags) is not None)
 
 
 def prune_reason(req: ScheduleRequest, summary: dict[str, Any] | None,

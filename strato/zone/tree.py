@@ -51,7 +51,7 @@ from starlette.concurrency import run_in_threadpool
 
 from strato import trace
 from strato.model import errors
-from strato.model.schedule import ScheduleRequest, check_claim
+from strato.model.schedule import ScheduleRequest, SpreadRuleSpec, check_claim
 from strato.observe import NOBODY, Observer
 from strato.store import children as child_store
 from strato.store import in_doubt, ledger, provisional
@@ -65,7 +65,7 @@ from strato.zone import summary as summaries
 from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_id, part_origin
 from strato.zone.failures import FailureMemory, Refusal, shape_of
 from strato.zone.names import TreeNames
-from strato.zone.prune import predicted_fit, prune_reason, static_reason
+from strato.zone.prune import predicted_fit, prune_reason, soft_penalty, static_reason
 from strato.zone.scheduler import LocalScheduler, NoValidPlacement
 from strato.zone.transport import Malformed, ObservedTransport, Transport, Unreachable, unrouted
 
@@ -1609,9 +1609,11 @@ class ZoneTree:
         -> weight of the soft rules it would break), those with the least
         first, in tiers."""
         options = await self._options(req, kids, outcomes, local=local)
+        soft = await self._soft_penalties(req, options)
         tiers: dict[float, list[tuple[float, str, Child | None]]] = {}
         for o in options:
-            tiers.setdefault((penalty or {}).get(o[1], 0.0), []).append(o)
+            tiers.setdefault((penalty or {}).get(o[1], 0.0) + soft.get(o[1], 0.0),
+                             []).append(o)
         ranked = [tiers[p] for p in sorted(tiers)]
         for n, tier in enumerate(ranked):
             last = n == len(ranked) - 1
@@ -1620,6 +1622,26 @@ class ZoneTree:
             if got is not None:
                 return got
         return None
+
+    async def _soft_penalties(self, req: ScheduleRequest,
+                              options: Sequence[tuple[float, str, Child | None]]
+                              ) -> dict[str, float]:
+        """Per option, the weight of the soft location and tags rules it cannot
+        keep (its location prefix, tags, summary say so): asked after those
+        that may keep them."""
+        if all(c.hard or isinstance(c, SpreadRuleSpec) for c in req.constraints):
+            return {}
+        out: dict[str, float] = {}
+        for _, name, child in options:
+            if child is None:
+                own = await self.own_child()
+                out[name] = soft_penalty(req, await self.own_summary(), own.location_prefix,
+                                         own.tags)
+            else:
+                cached = self.cache.get(child.name)
+                out[name] = soft_penalty(req, cached.body if cached else None,
+                                         child.location_prefix, child.tags)
+        return out
 
     async def _options(self, req: ScheduleRequest, kids: Sequence[Child],
                        outcomes: list[Outcome], *, local: bool = True

@@ -978,3 +978,32 @@ def test_a_soft_anti_affinity_below_the_cells_is_kept_when_a_division_keeps_it(
         assert [x["rule"] for x in r.json()["relaxed"]] == ["anti_affinity w5@host"], r.text
         assert await used(tree, "dfw") + await used(tree, "ord") == 3 + 3 + 5
     run(tmp_path, scenario, hosts=2)
+
+
+def test_soft_location_and_tags_rules_go_first_to_the_cells_that_can_keep_them(
+        tmp_path: Path) -> None:
+    """One zone tries its perfect matches first; the root asked the roomiest
+    cell (dfw), which relaxed a soft rule that only ord's hosts keep."""
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, constraints=[
+            {"type": "location", "pattern": "ord/*"}]))
+        assert r.status_code == 200, r.text  # ord is the fuller cell now
+        rps = (await tree.client("ord").get("/resource_providers")).json()
+        h0 = next(rp["uuid"] for rp in rps["resource_providers"] if rp["name"] == "ord-h0")
+        r = await tree.client("ord").put(f"/strato/v1/providers/{h0}/meta", json={
+            "location": "ord/room1/rack0/ord-h0", "tags": ["hipaa"]})
+        assert r.status_code == 200, r.text
+        await zt(tree, "global").refresh(fresh=True)
+        for rule, host in (({"type": "location", "pattern": "ord/*"}, None),
+                           ({"type": "location", "pattern": "ord-h1.rack1.room1.ord"},
+                            "ord/room1/rack1/ord-h1"),
+                           ({"type": "tags", "required": ["hipaa"]}, "ord/room1/rack0/ord-h0")):
+            for n in (1, 2):
+                r = await c.post("/strato/v1/schedule", json=req(
+                    n, 1, dry_run=True, constraints=[{**rule, "hard": False}]))
+                assert r.status_code == 200, r.text
+                assert cells(r.json()) == {"ord": n} and r.json()["relaxed"] == [], r.text
+                if host:
+                    assert {p["location"] for p in r.json()["placements"]} == {host}, r.text
+    run(tmp_path, scenario, hosts=2)
