@@ -562,9 +562,28 @@ class LocalScheduler:
     def _plan_bounded(self, req: ScheduleRequest) -> Plan:
         start = time.perf_counter()
         with trace.span("strato.plan", consumers=len(req.consumers)):
-            plan = self._plan_now(req)
+            try:
+                plan = self._plan_now(req)
+            except NoValidPlacement:
+                self._refuse_existing(req)
+                raise
         self.observer.planned(time.perf_counter() - start)
         return plan
+
+    def _refuse_existing(self, req: ScheduleRequest) -> None:
+        """A consumer that already has allocations is a 409 concurrent_update
+        (a schedule request places new consumers only), not "nothing fits": its
+        own allocations may be what left no room. Looked for only when nothing
+        fits (else the claim finds it)."""
+        if req.dry_run:
+            return
+        with self.db.read() as conn:
+            for c in req.consumers:
+                if held(conn, c):
+                    raise errors.Conflict(
+                        f"consumer generation conflict - consumer {c} already has "
+                        "allocations (a schedule request places new consumers only)",
+                        errors.CONCURRENT_UPDATE)
 
     def _plan_now(self, req: ScheduleRequest) -> Plan:
         self.engine.settle()

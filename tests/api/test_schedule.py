@@ -485,3 +485,20 @@ def test_an_explanation_does_not_repeat_every_aggregate_asked_for(client: TestCl
     assert r.status_code == 409, r.text[:300]
     assert len(r.content) < 20_000, len(r.content)
     assert " and 39995 more" in r.text
+
+
+def test_existing_consumer_is_refused_when_nothing_else_fits(client: TestClient) -> None:
+    """Its own allocations fill the zone: still a 409 concurrent_update, as when
+    there is room (it said "no valid placement", which a retry repeats)."""
+    host(client, "h", vcpu=4)
+    body = req(1, vcpu=4)
+    schedule(client, body)
+    for again in (body, {**body, "consumers": [str(uuid.uuid4()), *body["consumers"]],
+                         "atomic": False}):
+        r = client.post("/strato/v1/schedule", json=again)
+        assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "placement.concurrent_update", r.text
+    # A dry run claims nothing: it says what fits.
+    r = client.post("/strato/v1/schedule", json={**body, "dry_run": True})
+    assert r.status_code == 409, r.text
+    assert r.json()["errors"][0]["code"] == "strato.no_valid_placement", r.text
