@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -332,9 +332,11 @@ def relax_missed(req: ScheduleRequest, kids: Sequence[Child],
 
 def allowed(req: ScheduleRequest, kids: Sequence[Child],
             wide: Sequence[tuple[int, SpreadRuleSpec]], occ: Occupancy, unknown: set[str],
-            outcomes: list[Outcome]) -> list[Child]:
+            outcomes: list[Outcome], every: Sequence[Child] | None = None) -> list[Child]:
     """The children where the request's hard rules still allow a member, given
-    where its groups' members already are."""
+    where its groups' members already are (`unknown`: the children of `every`,
+    by default `kids`, that could not say)."""
+    among = kids if every is None else every
     out = []
     for k in kids:
         why = None
@@ -352,7 +354,7 @@ def allowed(req: ScheduleRequest, kids: Sequence[Child],
                 if occ.get(i, Counter())[d] > 0:
                     why = (Result.PRUNED, f"group {g} already has a member in {r.level} {d} "
                            "(hard anti_affinity)")
-                elif any(domain(u, r.level) == d for u in kids if u.name in unknown):
+                elif any(domain(u, r.level) == d for u in among if u.name in unknown):
                     why = (Result.UNAVAILABLE, f"group {g}: the members in {r.level} {d} "
                            "could not be read (a zone did not answer)")
             elif (apart := scattered(req, i, r, occ)):
@@ -362,6 +364,12 @@ def allowed(req: ScheduleRequest, kids: Sequence[Child],
             elif occ.get(i) and d not in occ[i]:
                 why = (Result.PRUNED, f"group {g} has its members in {r.level} "
                        f"{', '.join(sorted(occ[i]))} (hard affinity)")
+            elif not occ.get(i) and (away := sorted(
+                    u.name for u in among if u.name in unknown
+                    and (domain(u, r.level) or u.name) != d)):
+                # None known: the members may be where no zone could say.
+                why = (Result.UNAVAILABLE, f"group {g}: its members in {', '.join(away)} "
+                       "could not be read (a zone did not answer; hard affinity)")
             if why is not None:
                 break
         if why is None:
@@ -381,7 +389,8 @@ def takes_part(own: Child, wide: Sequence[tuple[int, SpreadRuleSpec]]) -> bool:
 
 
 def own_excluded(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSpec]],
-                 occ: Occupancy, found: Mapping[str, Mapping[str, Any]]) -> str | None:
+                 occ: Occupancy, found: Mapping[str, Mapping[str, Any]],
+                 unknown: Collection[str] = ()) -> str | None:
     """Why this zone's own providers may not take the request under a hard
     affinity rule above the children, or None: their planner sees only the
     members on them, so members below a child, or in several domains, would
@@ -397,6 +406,9 @@ def own_excluded(req: ScheduleRequest, wide: Sequence[tuple[int, SpreadRuleSpec]
                         f"providers ({r.type} at level zone)")
         if not r.hard or r.type != "affinity":
             continue
+        if not occ.get(i) and unknown:
+            return (f"group {g}: its members in {', '.join(sorted(unknown))} could not be "
+                    "read (a zone did not answer; hard affinity)")
         if (apart := scattered(req, i, r, occ)):
             return (f"affinity {g}@{r.level}: members already in {len(apart)} "
                     f"{r.level}s ({', '.join(apart)}) (hard affinity)")
@@ -478,6 +490,18 @@ def follow(req: ScheduleRequest, kids: Sequence[Child],
             where.add(segs[1] if len(segs) > 1 else OWN)
             doms.add(_location_domain(m, r.level))
         if not where:
+            away = sorted({str(u).split("/")[0] for u in
+                           (found.get(g or "") or {}).get("unreachable", [])})
+            if r.hard and away:
+                # None known: the members may be where no zone could say.
+                why = (f"group {g}: its members in {', '.join(away)} could not be read "
+                       f"(a zone did not answer; hard affinity at level {r.level})")
+                outcomes += [Outcome(k.name, Result.UNAVAILABLE, why)
+                             for k in allowed_kids if k.name not in away]
+                allowed_kids = [k for k in allowed_kids if k.name in away]
+                if out.own:
+                    outcomes.append(Outcome(OWN, Result.PRUNED, why))
+                out.own = False
             continue
         out.holders[i] = where
         apart = joins(req, r) and len(where) > 1 and (None in doms or len(doms) > 1)

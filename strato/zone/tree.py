@@ -1402,12 +1402,13 @@ class ZoneTree:
                 found[g] = await self.group_members(g)
             occ, unknown = split.occupancy(req, kids, wide, found)
             first: list[Outcome] = []
+            every = list(kids)
             kids = split.allowed(req, kids, wide, occ, unknown, first)
             kids, following = split.follow(req, kids, deep, found, first)
             local = following.own
             steered = list(kids)
             if local and await self.has_providers():
-                why = split.own_excluded(req, wide, occ, found)
+                why = split.own_excluded(req, wide, occ, found, unknown)
                 own = await self.own_child()
                 if why is not None:
                     first.append(Outcome(LOCAL, Result.PRUNED, why))
@@ -1416,7 +1417,8 @@ class ZoneTree:
                     # Their hosts are all in one domain of each rule (a
                     # room of their own beside the children's): that
                     # domain's members count, wherever they are below here.
-                    local = bool(split.allowed(req, [own], wide, occ, unknown, first))
+                    local = bool(split.allowed(req, [own], wide, occ, unknown, first,
+                                               every=every))
                     steered = [own, *kids] if local else steered
             # One instance: the children that keep the soft rules above them
             # are asked first; any number: those that hold the members a soft

@@ -1007,3 +1007,37 @@ def test_soft_location_and_tags_rules_go_first_to_the_cells_that_can_keep_them(
                 if host:
                     assert {p["location"] for p in r.json()["placements"]} == {host}, r.text
     run(tmp_path, scenario, hosts=2)
+
+
+def test_a_hard_affinity_whose_members_cannot_be_read_is_an_outage(tmp_path: Path) -> None:
+    """docs/schedule.md: "If a child that may hold members does not answer, a
+    request with a hard rule gets 503". The group's only member is in ord,
+    which is down: a hard affinity (above the cells or below) was placed in
+    dfw, as if the group had no member."""
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="g", constraints=[
+            {"type": "location", "pattern": "ord/*"}]))
+        assert r.status_code == 200, r.text
+        tree.kill("ord")
+        for level in ("site", "room"):
+            for n in (1, 2):
+                for dry in (True, False):
+                    r = await c.post("/strato/v1/schedule", json=req(
+                        n, 1, group="g", dry_run=dry,
+                        constraints=[{"type": "affinity", "level": level}]))
+                    assert r.status_code == 503, r.text
+        assert await used(tree, "dfw") == 0
+        # A soft one goes on without them.
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="g", constraints=[
+            {"type": "affinity", "level": "site", "hard": False}]))
+        assert r.status_code == 200 and cells(r.json()) == {"dfw": 1}, r.text
+        tree.revive("ord")
+        await zt(tree, "global").refresh(fresh=True)
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="h", constraints=[
+            {"type": "location", "pattern": "ord/*"}]))
+        assert r.status_code == 200, r.text
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="h", constraints=[
+            {"type": "affinity", "level": "room"}]))
+        assert r.status_code == 200 and cells(r.json()) == {"ord": 1}, r.text
+    run(tmp_path, scenario, hosts=2)
