@@ -259,6 +259,24 @@ class Planner:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class OwnHosts:
+    """Where a zone's own hosts are: `where`, the location path all share above
+    the host level (`dfw/room0` when every one is in that room; None when one
+    has no location, of its own or the zone's), and `paths`, each host's
+    location cut above the host level (a host with none is left out: its
+    domain at every level is its own)."""
+
+    has: bool
+    where: str | None
+    paths: frozenset[tuple[str, ...]]
+
+    def may_be_in(self, domain: Sequence[str]) -> bool:
+        """Whether one of the hosts may be in the failure domain `domain`."""
+        d = tuple(domain)
+        return any(p[: len(d)] == d for p in self.paths if len(p) >= len(d))
+
+
 class LocalScheduler:
     """Schedules over one zone's own providers. Thread-safe."""
 
@@ -470,27 +488,29 @@ class LocalScheduler:
         with self.engine.fresh() as index:
             return bool(index.live()[: index.size].any())
 
-    def own_hosts(self) -> tuple[bool, str | None]:
-        """(whether this zone has providers, the location path all its hosts
-        share above the host level, e.g. `dfw/room0` when every one is in that
-        room; None when one has no location of its own or the zone's)."""
+    def own_hosts(self) -> OwnHosts:
+        """Whether this zone has providers, and where its hosts are (see
+        OwnHosts)."""
         self._host_state(set())
         with self.engine.fresh() as index:
             n = index.size
             live = index.live()[:n]
             if not live.any():
-                return False, None
+                return OwnHosts(False, None, frozenset())
             arrays = self.hosts.arrays(index)
             roots = np.flatnonzero(live & (index.root[:n] == np.arange(n)))
             locs = [arrays.locations[int(c)] for c in np.unique(arrays.loc_code[roots])]
-        if not locs or any(loc is None for loc in locs):
-            return True, None
+        depth = len(self.levels) - 1  # the host level is the host itself
+        known = [loc for loc in locs if loc is not None]
+        paths = frozenset(loc[:depth] for loc in known)
+        if not known or len(known) < len(locs):
+            return OwnHosts(True, None, paths)
         common: list[str] = []
-        for segs in zip(*(loc for loc in locs if loc is not None), strict=False):
-            if len(set(segs)) != 1 or len(common) >= len(self.levels) - 1:
+        for segs in zip(*known, strict=False):
+            if len(set(segs)) != 1 or len(common) >= depth:
                 break
             common.append(segs[0])
-        return True, "/".join(common) or None
+        return OwnHosts(True, "/".join(common) or None, paths)
 
     def schedule_with_summary(self, req: ScheduleRequest) -> dict[str, Any]:
         """schedule(), plus this zone's summary when a parent asked: one thread hop."""

@@ -455,6 +455,112 @@ def hardened(req: ScheduleRequest, rules: Sequence[tuple[int, SpreadRuleSpec]]
         for i, c in enumerate(req.constraints)]})
 
 
+def deep_apart(req: ScheduleRequest, kids: Sequence[Child],
+               levels: Sequence[str] = DEFAULT_LEVELS) -> list[tuple[int, SpreadRuleSpec]]:
+    """The hard anti-affinity rules at a level below the children, above the
+    host (a host is in one zone only): a child keeps one only with the members
+    it holds, so a child that may have hosts in a domain where another zone
+    holds a member would place there unknowing."""
+    wide = {i for i, _ in wide_rules(req, kids)}
+    return [(i, c) for i, c in enumerate(req.constraints)
+            if isinstance(c, SpreadRuleSpec) and c.type == "anti_affinity" and c.hard
+            and i not in wide and c.level in levels[:-1]]
+
+
+def may_hold(prefix: str | None, dom: Sequence[str]) -> bool:
+    """Whether a zone whose providers are under `prefix` (None: anywhere) may
+    have a host in the failure domain `dom` (its location segments)."""
+    if not prefix:
+        return True
+    segs = prefix.strip("/").split("/")
+    n = min(len(segs), len(dom))
+    return list(segs[:n]) == list(dom[:n])
+
+
+def separated(a: str | None, b: str | None, level: str,
+              levels: Sequence[str] = DEFAULT_LEVELS) -> bool:
+    """Whether zones under prefixes `a` and `b` can share no domain at `level`."""
+    if not a or not b or level not in levels:
+        return False
+    sa, sb = a.strip("/").split("/"), b.strip("/").split("/")
+    n = min(len(sa), len(sb), list(levels).index(level) + 1)
+    return sa[:n] != sb[:n]
+
+
+def keep_apart(req: ScheduleRequest, kids: Sequence[Child],
+               deep: Sequence[tuple[int, SpreadRuleSpec]],
+               found: Mapping[str, Mapping[str, Any]], own: Any,
+               outcomes: list[Outcome]) -> tuple[list[Child], bool]:
+    """(the children a hard anti-affinity below them allows, whether this
+    zone's own providers may take it): not those that may have hosts in a
+    domain where a member is that they do not hold (they would not see it),
+    nor, while a zone's members could not be read, those that may share a
+    domain with it (a 503). `own`: this zone's OwnHosts, or None."""
+    mine = set(req.consumers)
+    out = list(kids)
+    own_ok = True
+    by_name = {k.name: k for k in kids}
+    for _, r in deep:
+        g = r.group or req.group
+        answer = found.get(g or "") or {}
+        depth = list(DEFAULT_LEVELS).index(r.level) + 1
+        for m in answer.get("members", []):
+            if m["consumer"] in mine or not m.get("location"):
+                continue
+            loc = str(m["location"]).strip("/").split("/")
+            if len(loc) < depth:
+                continue  # an unknown domain: the host's own
+            dom = loc[:depth]
+            segs = str(m.get("zone", "")).split("/")
+            holder = segs[1] if len(segs) > 1 else OWN
+            why = (f"group {g} has a member in {r.level} {'/'.join(dom)} (in "
+                   f"{holder or 'own providers'}), where it may have hosts too (hard "
+                   "anti_affinity below the children)")
+            keep = []
+            for k in out:
+                if k.name != holder and may_hold(k.location_prefix, dom):
+                    outcomes.append(Outcome(k.name, Result.PRUNED, why))
+                else:
+                    keep.append(k)
+            out = keep
+            if own_ok and own is not None and holder != OWN and own.may_be_in(dom):
+                outcomes.append(Outcome(OWN, Result.PRUNED, why))
+                own_ok = False
+        for u in sorted({str(x).split("/")[0] for x in answer.get("unreachable", [])}):
+            lost = by_name.get(u)
+            why = (f"group {g}: the members in {u} could not be read (a zone did not "
+                   "answer), and it may share a domain with them (hard anti_affinity)")
+            keep = []
+            for k in out:
+                if k.name != u and not separated(k.location_prefix,
+                                                 lost.location_prefix if lost else None,
+                                                 r.level):
+                    outcomes.append(Outcome(k.name, Result.UNAVAILABLE, why))
+                else:
+                    keep.append(k)
+            out = keep
+            if own_ok and own is not None and not separated(
+                    own.where, lost.location_prefix if lost else None, r.level):
+                outcomes.append(Outcome(OWN, Result.PRUNED, why))
+                own_ok = False
+    return out, own_ok
+
+
+def apart_unsafe(req: ScheduleRequest, kids: Sequence[Child], cands: Sequence[Child]
+                 ) -> list[str]:
+    """The hard anti-affinity rules below the children, about the request's own
+    instances, that shares in `cands` could break: two of them may share a
+    domain of its level, and each keeps the rule only within its share."""
+    out = []
+    for _, r in deep_apart(req, kids):
+        if not joins(req, r):
+            continue
+        if any(not separated(a.location_prefix, b.location_prefix, r.level)
+               for n, a in enumerate(cands) for b in cands[n + 1:]):
+            out.append(f"anti_affinity {r.group or req.group}@{r.level}")
+    return out
+
+
 class Following:
     """Where the affinity rules below the children let the request go, given
     where their groups' members are (`follow`)."""
@@ -905,6 +1011,13 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
         outcomes.append(Outcome(DIVIDED, Result.NO_VALID_PLACEMENT,
                                 f"{named}: no one zone has room for all {n} instances, "
                                 "and shares in several zones would not be together"))
+        return None
+    unsafe = apart_unsafe(req, kids, cands)
+    if unsafe:
+        outcomes.append(Outcome(DIVIDED, Result.NO_VALID_PLACEMENT,
+                                f"{', '.join(unsafe)}: no one zone has room for all {n} "
+                                "instances, and shares in zones that may share a domain "
+                                "could be together"))
         return None
     # Ask the fewest children the summaries say are enough (and one more),
     # then the rest only if their plans fall short: a gang of four over ten

@@ -66,7 +66,7 @@ from strato.zone.attempt import Attempt, Health, Outcome, Result, outage, part_i
 from strato.zone.failures import FailureMemory, Refusal, shape_of
 from strato.zone.names import TreeNames
 from strato.zone.prune import predicted_fit, prune_reason, soft_penalty, static_reason
-from strato.zone.scheduler import LocalScheduler, NoValidPlacement
+from strato.zone.scheduler import LocalScheduler, NoValidPlacement, OwnHosts
 from strato.zone.transport import Malformed, ObservedTransport, Transport, Unreachable, unrouted
 
 log = logging.getLogger("strato.zone")
@@ -177,8 +177,8 @@ class ZoneTree:
     _round_started: float = float("-inf")  # the last round of learn_names
     _rounds: tuple[float, float] = (float(LEARN_BURST), 0.0)  # (tokens, when counted)
     _kids: tuple[float, list[Child]] | None = None
-    # (when looked, whether this zone has providers, where they all are)
-    _own: tuple[float, bool, str | None] | None = None
+    # (when looked, whether this zone has providers and where)
+    _own: tuple[float, OwnHosts] | None = None
     # The children the last summary merged as overlapping (warned once).
     _overlaps: list[str] = field(default_factory=list)
     # Children with requests in doubt (None: not read from the store yet).
@@ -775,12 +775,17 @@ class ZoneTree:
     async def has_providers(self, *, fresh: bool = False) -> bool:
         """Whether this zone has providers of its own (looked up at most once a
         second: a zone that only routes to its children pays little for it)."""
+        return (await self.own_hosts(fresh=fresh)).has
+
+    async def own_hosts(self, *, fresh: bool = False) -> OwnHosts:
+        """Whether this zone has providers of its own, and where (looked up
+        at most once a second)."""
         now = time.monotonic()
         if not fresh and self._own is not None and now - self._own[0] < OWN_TTL_S:
             return self._own[1]
-        has, where = await run_in_threadpool(self.local.own_hosts)
-        self._own = (now, has, where)
-        return has
+        own = await run_in_threadpool(self.local.own_hosts)
+        self._own = (now, own)
+        return own
 
     async def own_summary(self) -> dict[str, Any]:
         """This zone's own providers as one pool: the last one computed while
@@ -1388,7 +1393,15 @@ class ZoneTree:
         """`_place`, every rule as the request says."""
         wide = split.wide_rules(req, kids)
         deep = split.deep_affinity(req, kids)
-        groups = split.rule_groups(req, [*wide, *deep])
+        own = await self.own_hosts()
+        # Hard anti-affinity below the children where two of them (or one and
+        # this zone's own hosts) may share a domain: neither sees the other's
+        # members (children one site each never share a room).
+        places = [*(k.location_prefix for k in kids), *([own.where] if own.has else [])]
+        apart = [(i, r) for i, r in split.deep_apart(req, kids)
+                 if any(not split.separated(a, b, r.level)
+                        for n, a in enumerate(places) for b in places[n + 1:])]
+        groups = split.rule_groups(req, [*wide, *deep, *apart])
         if not groups and not any(r.hard for _, r in wide):
             # No rule about a group's members, none above a child that must
             # hold: only the request's own instances count.
@@ -1405,21 +1418,23 @@ class ZoneTree:
             every = list(kids)
             kids = split.allowed(req, kids, wide, occ, unknown, first)
             kids, following = split.follow(req, kids, deep, found, first)
-            local = following.own
+            kids, own_ok = split.keep_apart(req, kids, apart, found,
+                                            own if own.has else None, first)
+            local = following.own and own_ok
             steered = list(kids)
-            if local and await self.has_providers():
+            if local and own.has:
                 why = split.own_excluded(req, wide, occ, found, unknown)
-                own = await self.own_child()
+                mine = await self.own_child()
                 if why is not None:
                     first.append(Outcome(LOCAL, Result.PRUNED, why))
                     local = False
-                elif split.takes_part(own, wide):
+                elif split.takes_part(mine, wide):
                     # Their hosts are all in one domain of each rule (a
                     # room of their own beside the children's): that
                     # domain's members count, wherever they are below here.
-                    local = bool(split.allowed(req, [own], wide, occ, unknown, first,
+                    local = bool(split.allowed(req, [mine], wide, occ, unknown, first,
                                                every=every))
-                    steered = [own, *kids] if local else steered
+                    steered = [mine, *kids] if local else steered
             # One instance: the children that keep the soft rules above them
             # are asked first; any number: those that hold the members a soft
             # affinity below them follows.
@@ -1500,6 +1515,12 @@ class ZoneTree:
             return answer
         if any(r.hard for _, r in split.kept_together(req, kids)):
             return answer  # the rest elsewhere would not be with these instances
+        placed_in = [c for c in kids if c.name in took]
+        if shared.local_consumers(answer):
+            placed_in.append(await self.own_child())
+        if split.apart_unsafe(req, kids, [*placed_in, *others,
+                                          *([await self.own_child()] if here else [])]):
+            return answer  # the rest elsewhere could share a domain with these
         more = await self._decide(rest, others, outcomes, attempt, local=here)
         if more is None and len(rest.consumers) > 1:
             more = await split.schedule_across(self, rest, others, outcomes, attempt, occ,
@@ -1729,8 +1750,7 @@ class ZoneTree:
         """This zone's own providers as a share of a divided request, located
         where all its hosts are (so a rule whose level they share one domain
         of, a room, takes them as one more domain, as a child cell)."""
-        await self.has_providers()
-        where = self._own[2] if self._own is not None else None
+        where = (await self.own_hosts()).where
         return Child(name=LOCAL, url="",
                      location_prefix=where or self.config.location_prefix,
                      tags=tuple(self.config.tags), credential=None)

@@ -1041,3 +1041,49 @@ def test_a_hard_affinity_whose_members_cannot_be_read_is_an_outage(tmp_path: Pat
             {"type": "affinity", "level": "room"}]))
         assert r.status_code == 200 and cells(r.json()) == {"ord": 1}, r.text
     run(tmp_path, scenario, hosts=2)
+
+
+# -- children without a location prefix -------------------------------------------------
+
+ANYWHERE = [ZoneSpec("global"), ZoneSpec("a", parent="global"), ZoneSpec("b", parent="global")]
+
+
+def in_both_sites(scenario: Callable[[InProcessTree], Awaitable[None]]
+                  ) -> Callable[[InProcessTree], Awaitable[None]]:
+    """Cells a and b, no location prefix, each with a host in dfw and one in ord."""
+    async def wrapped(tree: InProcessTree) -> None:
+        for cell, room in (("a", "room1"), ("b", "room2")):
+            for site in ("dfw", "ord"):
+                await host(tree.client(cell), f"{cell}-{site}", f"{site}/{room}/rack0/{cell}")
+        await zt(tree, "global").refresh(fresh=True)
+        await scenario(tree)
+    return wrapped
+
+
+def test_a_hard_anti_affinity_holds_across_cells_that_may_share_a_site(tmp_path: Path
+                                                                       ) -> None:
+    """Each cell keeps a site anti-affinity only with the members it holds, and
+    both have hosts in both sites: the third member went to the other cell,
+    into a site the group already had (one zone refuses it)."""
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+        anti = {"type": "anti_affinity", "level": "site"}
+        sites = []
+        for _ in range(2):
+            r = await c.post("/strato/v1/schedule", json=req(1, 1, group="g", constraints=[anti]))
+            assert r.status_code == 200, r.text
+            sites += [p["location"].split("/")[0] for p in r.json()["placements"]]
+        assert sorted(sites) == ["dfw", "ord"]
+        r = await c.post("/strato/v1/schedule", json=req(1, 1, group="g", constraints=[anti]))
+        assert r.status_code == 409, r.text
+        assert "group g has a member in site" in r.text, r.text
+        # ord full: two at once fit only in dfw, one a cell. Not divided (each
+        # share keeps the rule only within itself: both took dfw).
+        for room in ("room1", "room2"):
+            r = await c.post("/strato/v1/schedule", json=req(1, 7, constraints=[
+                {"type": "location", "pattern": f"ord/{room}/*"}]))
+            assert r.status_code == 200, r.text
+        r = await c.post("/strato/v1/schedule", json=req(2, 2, group="h", constraints=[anti]))
+        assert r.status_code == 409, r.text
+        assert "anti_affinity h@site" in r.text, r.text
+    run(tmp_path, in_both_sites(scenario), zones=ANYWHERE, hosts=0)
