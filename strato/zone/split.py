@@ -706,7 +706,7 @@ class GroupLocks:
 
 def _relaxed(i: int, rule: SpreadRuleSpec, req: ScheduleRequest) -> dict[str, Any]:
     return {"index": i, "type": rule.type, "weight": rule.weight,
-            "rule": f"{rule.type} {rule.group or req.group}@{rule.level}"}
+            "rule": f"{rule.type} {rule.group or req.group or ''}@{rule.level}"}
 
 
 def _candidates(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
@@ -924,7 +924,8 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
                 break
             k = best[1]
             took[k.name] += 1
-            for i, r in [*caps, *even]:
+            # Each rule once: a rule both capped and evened is one count.
+            for i, r in dict([*caps, *even]).items():
                 used[(i, domain(k, r.level) or k.name)] += 1
         return [(k, took[k.name]) for k, _ in order if took[k.name]]
 

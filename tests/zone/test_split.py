@@ -1087,3 +1087,37 @@ def test_a_hard_anti_affinity_holds_across_cells_that_may_share_a_site(tmp_path:
         assert r.status_code == 409, r.text
         assert "anti_affinity h@site" in r.text, r.text
     run(tmp_path, in_both_sites(scenario), zones=ANYWHERE, hosts=0)
+
+
+def test_a_spread_cap_above_the_cells_takes_as_many_as_it_allows(tmp_path: Path) -> None:
+    """max_per_domain 2 at the site level, two sites: four instances fit, as in
+    one zone. Each instance was counted twice against the cap (once as capped,
+    once as spread evenly), so the root took one a site and refused four."""
+    async def scenario(tree: InProcessTree) -> None:
+        rule = {"type": "spread", "level": "site", "max_per_domain": 2}
+        for dry in (True, False):
+            r = await tree.client("global").post("/strato/v1/schedule", json=req(
+                4, 1, dry_run=dry, constraints=[rule]))
+            assert r.status_code == 200, r.text
+            assert cells(r.json()) == {"dfw": 2, "ord": 2}, r.text
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(
+            5, 1, atomic=False, constraints=[rule]))
+        assert r.status_code == 200, r.text
+        assert cells(r.json()) == {"dfw": 2, "ord": 2} and len(r.json()["unplaced"]) == 1
+        # Relaxed, a spread rule without a group is named as one zone names it.
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(
+            5, 1, dry_run=True, constraints=[{**rule, "hard": False}]))
+        assert r.status_code == 200, r.text
+        assert [x["rule"] for x in r.json()["relaxed"]] == ["spread @site"], r.text
+    run(tmp_path, scenario, hosts=2)
+
+
+def test_balance_counts_each_rule_once() -> None:
+    kids = [Child(name=n, url=f"inproc://{n}", location_prefix=n, tags=(), credential=None)
+            for n in ("dfw", "ord")]
+    body = ScheduleRequest.model_validate(req(4, 1, constraints=[
+        {"type": "spread", "level": "site", "max_per_domain": 2}]))
+    wide = split.wide_rules(body, kids)
+    shares, relaxed = split.assign(body, [(kids[0], 4), (kids[1], 4)], wide)
+    assert sorted((k.name, c) for k, c in shares) == [("dfw", 2), ("ord", 2)]
+    assert relaxed == []
