@@ -39,7 +39,14 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
-from strato.model.schedule import DEFAULT_LEVELS, ScheduleRequest, SpreadRuleSpec
+from strato.model.schedule import (
+    DEFAULT_LEVELS,
+    Constraint,
+    LocationRule,
+    ScheduleRequest,
+    SpreadRuleSpec,
+    TagsRule,
+)
 from strato.store.children import Child
 from strato.zone import shared
 from strato.zone.attempt import Attempt, Health, Outcome, Result
@@ -445,7 +452,18 @@ def kept_apart(req: ScheduleRequest, kids: Sequence[Child]
             and i not in wide and joins(req, c)]
 
 
-def hardened(req: ScheduleRequest, rules: Sequence[tuple[int, SpreadRuleSpec]]
+def soft_first(req: ScheduleRequest, kids: Sequence[Child]
+               ) -> list[tuple[int, Constraint]]:
+    """The soft rules a routing zone tries as hard ones first, as a zone
+    without children tries its perfect matches first: its location and tags
+    rules (the child asked would relax one its hosts cannot keep, where
+    another child's keep it) and those of `kept_apart`."""
+    return sorted([*((i, c) for i, c in enumerate(req.constraints)
+                     if not c.hard and isinstance(c, LocationRule | TagsRule)),
+                   *kept_apart(req, kids)], key=lambda t: t[0])
+
+
+def hardened(req: ScheduleRequest, rules: Sequence[tuple[int, Constraint]]
              ) -> ScheduleRequest:
     """`req` with `rules` (soft) made hard: enforced first, as a zone without
     children enforces its soft rules first."""

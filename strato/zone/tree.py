@@ -1362,13 +1362,19 @@ class ZoneTree:
     async def _place(self, req: ScheduleRequest, kids: Sequence[Child],
                      attempt: Attempt | None) -> tuple[dict[str, Any] | None, list[Outcome]]:
         """Place `req` here or below: (the answer or None, what each zone said).
-        Soft rules that keep the instances apart below the children are kept
-        as hard ones first when a plan says every instance fits so (a child
-        would relax one its share cannot keep, where another division keeps
-        it), then as they are."""
-        apart = split.kept_apart(req, kids)
-        if apart:
-            strict = split.hardened(req, apart)
+        Soft rules are tried as hard ones first (`split.soft_first`), as one
+        zone tries its perfect matches first: one instance is asked so first;
+        several, when a plan says every instance fits so (a child relaxes a
+        rule its hosts or its share cannot keep, where another child or
+        another division keeps it). Then as they are."""
+        first = split.soft_first(req, kids)
+        if first and len(req.consumers) == 1:
+            strict = split.hardened(req, first)
+            answer, outcomes = await self._place_kept(strict, kids, attempt)
+            if answer is not None:
+                return answer, outcomes
+        elif first:
+            strict = split.hardened(req, first)
             plan, _ = await self._place_kept(
                 strict.model_copy(update={"dry_run": True, "request_id": None}), kids, None)
             if plan is not None and not plan.get("unplaced"):

@@ -1121,3 +1121,32 @@ def test_balance_counts_each_rule_once() -> None:
     shares, relaxed = split.assign(body, [(kids[0], 4), (kids[1], 4)], wide)
     assert sorted((k.name, c) for k, c in shares) == [("dfw", 2), ("ord", 2)]
     assert relaxed == []
+
+
+def test_soft_tags_are_kept_in_another_cell_before_they_are_relaxed(tmp_path: Path) -> None:
+    """dfw has a hipaa host, but full; ord's is free. One zone with the same
+    hosts keeps a soft hipaa rule on ord's; the root asked dfw (it has the
+    tag, and sorts first), which relaxed it on its other host."""
+    async def scenario(tree: InProcessTree) -> None:
+        c = tree.client("global")
+        for cell in ("dfw", "ord"):
+            rps = (await tree.client(cell).get("/resource_providers")).json()
+            h0 = next(rp["uuid"] for rp in rps["resource_providers"]
+                      if rp["name"] == f"{cell}-h0")
+            r = await tree.client(cell).put(f"/strato/v1/providers/{h0}/meta", json={
+                "location": f"{cell}/room1/rack0/{cell}-h0", "tags": ["hipaa"]})
+            assert r.status_code == 200, r.text
+        for pattern in ("dfw-h0.rack0.room1.dfw", "ord-h1.rack1.room1.ord"):
+            r = await c.post("/strato/v1/schedule", json=req(1, 8, constraints=[
+                {"type": "location", "pattern": pattern}]))
+            assert r.status_code == 200, r.text
+        await zt(tree, "global").refresh(fresh=True)
+        soft = {"type": "tags", "required": ["hipaa"], "hard": False}
+        for n, dry in ((1, True), (2, True), (1, False)):
+            r = await c.post("/strato/v1/schedule", json=req(n, 4, dry_run=dry,
+                                                             constraints=[soft]))
+            assert r.status_code == 200, r.text
+            assert r.json()["relaxed"] == [], r.text
+            assert {p["location"] for p in r.json()["placements"]} == {
+                "ord/room1/rack0/ord-h0"}, r.text
+    run(tmp_path, scenario, hosts=2)
