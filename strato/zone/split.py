@@ -690,6 +690,37 @@ def _location_domain(member: Mapping[str, Any], level: str,
     return "/".join(loc[:depth]) if len(loc) >= depth else None
 
 
+def relax_scattered_own(req: ScheduleRequest, answer: dict[str, Any],
+                        levels: Sequence[str] = DEFAULT_LEVELS) -> dict[str, Any]:
+    """`answer` with the soft affinity rules its own instances break (they
+    join the rule's group and are in more than one domain of its level) in
+    `relaxed`, whichever zones placed them: each zone that took a share kept
+    the rule within it, and may not have said so."""
+    seen = {x.get("index") for x in answer.get("relaxed", [])}
+    more = []
+    for i, r in enumerate(req.constraints):
+        if (not isinstance(r, SpreadRuleSpec) or r.type != "affinity" or r.hard
+                or i in seen or not joins(req, r)):
+            continue
+        doms = {_placed_in(p, r.level, levels) for p in answer.get("placements", [])}
+        if len(doms) > 1:
+            more.append(_relaxed(i, r, req))
+    return {**answer, "relaxed": [*answer.get("relaxed", []), *more]} if more else answer
+
+
+def _placed_in(p: Mapping[str, Any], level: str, levels: Sequence[str]) -> str:
+    """A placement's domain at `level` (an unknown one: its host's own)."""
+    if level == ZONE_LEVEL:
+        segs = str(p.get("zone", "")).split("/")
+        return segs[1] if len(segs) > 1 else OWN
+    if level in levels[:-1] and p.get("location"):
+        loc = str(p["location"]).strip("/").split("/")
+        depth = list(levels).index(level) + 1
+        if len(loc) >= depth:
+            return "/".join(loc[:depth])
+    return f"host:{p.get('provider')}"
+
+
 class GroupLocks:
     """One request at a time per server group at this zone, while it reads
     where the group's members are and places new ones (rules above a child

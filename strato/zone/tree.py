@@ -1361,7 +1361,16 @@ class ZoneTree:
 
     async def _place(self, req: ScheduleRequest, kids: Sequence[Child],
                      attempt: Attempt | None) -> tuple[dict[str, Any] | None, list[Outcome]]:
-        """Place `req` here or below: (the answer or None, what each zone said).
+        """Place `req` here or below: (the answer or None, what each zone said)."""
+        answer, outcomes = await self._place_first(req, kids, attempt)
+        if answer is not None:
+            answer = split.relax_scattered_own(req, answer)
+        return answer, outcomes
+
+    async def _place_first(self, req: ScheduleRequest, kids: Sequence[Child],
+                           attempt: Attempt | None
+                           ) -> tuple[dict[str, Any] | None, list[Outcome]]:
+        """`_place`'s work.
         Soft rules are tried as hard ones first (`split.soft_first`), as one
         zone tries its perfect matches first: one instance is asked so first;
         several, when a plan says every instance fits so (a child relaxes a

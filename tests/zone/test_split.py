@@ -1150,3 +1150,20 @@ def test_soft_tags_are_kept_in_another_cell_before_they_are_relaxed(tmp_path: Pa
             assert {p["location"] for p in r.json()["placements"]} == {
                 "ord/room1/rack0/ord-h0"}, r.text
     run(tmp_path, scenario, hosts=2)
+
+
+def test_a_soft_affinity_its_instances_break_across_zones_is_said_relaxed(tmp_path: Path
+                                                                         ) -> None:
+    """Five whole 8-VCPU instances in one room (a soft rule): room0 (dfw's own
+    hosts) takes four, a cell the fifth. Each zone kept the rule within its
+    share and the answer said nothing relaxed (one zone says it)."""
+    async def scenario(tree: InProcessTree) -> None:
+        rule = {"type": "affinity", "level": "room", "hard": False}
+        for dry in (True, False):
+            r = await tree.client("dfw").post("/strato/v1/schedule", json=req(
+                5, 8, group=f"s{dry}", atomic=False, dry_run=dry, constraints=[rule]))
+            assert r.status_code == 200, r.text
+            assert len(r.json()["placements"]) == 5, r.text
+            assert len(set(rooms(r.json()))) > 1, r.text
+            assert [x["rule"] for x in r.json()["relaxed"]] == [f"affinity s{dry}@room"], r.text
+    run(tmp_path, with_a_mid_zone(scenario), zones=MID, hosts=0)
