@@ -989,7 +989,9 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
                              [*spreads, *anti])
             relaxed += [_relaxed(i, r, req) for i, r in soft]
         for i, r in spreads:
-            if _skew(shares, order, i, r, occ) <= r.max_skew:
+            # The emptiest domain is among all that could take one, not only
+            # those an affinity rule kept.
+            if _skew(shares, counts, i, r, occ) <= r.max_skew:
                 continue
             if r.hard:
                 return [], relaxed

@@ -1167,3 +1167,16 @@ def test_a_soft_affinity_its_instances_break_across_zones_is_said_relaxed(tmp_pa
             assert len(set(rooms(r.json()))) > 1, r.text
             assert [x["rule"] for x in r.json()["relaxed"]] == [f"affinity s{dry}@room"], r.text
     run(tmp_path, with_a_mid_zone(scenario), zones=MID, hosts=0)
+
+
+def test_a_hard_spread_measures_its_skew_over_every_room_that_could_take_one(
+        tmp_path: Path) -> None:
+    """Hard affinity and hard spread (skew 1) in rooms: two instances cannot
+    keep both, as one zone says. The spread's skew was measured over the room
+    the affinity kept only, so dfw placed both in one room."""
+    async def scenario(tree: InProcessTree) -> None:
+        r = await tree.client("dfw").post("/strato/v1/schedule", json=req(
+            2, 1, group="s", dry_run=True, constraints=[
+                {"type": "affinity", "level": "room"}, {"type": "spread", "level": "room"}]))
+        assert r.status_code == 409, r.text
+    run(tmp_path, with_a_mid_zone(scenario), zones=MID, hosts=0)
