@@ -139,9 +139,34 @@ def must_split(req: ScheduleRequest, kids: Sequence[Child]) -> bool:
     instances (a soft one: should not), so the request is divided from the
     start. Anti-affinity to another group only keeps them from where that
     group's members are."""
-    return len(req.consumers) > 1 and any(
-        r.type == "spread" or (r.type == "anti_affinity" and joins(req, r))
-        for _, r in wide_rules(req, kids))
+    if len(req.consumers) < 2:
+        return False
+    causes = [r for _, r in wide_rules(req, kids)
+              if r.type == "spread" or (r.type == "anti_affinity" and joins(req, r))]
+    if causes and all(not r.hard for r in causes) and any(
+            r.hard for _, r in kept_together(req, kids)):
+        # A hard affinity below the children keeps the request in one zone:
+        # it wins over soft rules that would divide it (`relax_undivided`).
+        return False
+    return bool(causes)
+
+
+def relax_undivided(req: ScheduleRequest, kids: Sequence[Child], answer: dict[str, Any]
+                    ) -> dict[str, Any]:
+    """`answer`, placed in one child though soft rules above the children would
+    divide it (`must_split`), with those it breaks there in `relaxed`: an
+    anti-affinity among its instances, a spread whose skew or cap one domain
+    exceeds."""
+    n = len(answer.get("placements", []))
+    seen = {x.get("index") for x in answer.get("relaxed", [])}
+    more = []
+    for i, r in wide_rules(req, kids):
+        if r.hard or i in seen or n < 2:
+            continue
+        if (r.type == "anti_affinity" and joins(req, r)) or (r.type == "spread" and (
+                n > r.max_skew or (r.max_per_domain is not None and n > r.max_per_domain))):
+            more.append(_relaxed(i, r, req))
+    return {**answer, "relaxed": [*answer.get("relaxed", []), *more]} if more else answer
 
 
 def for_child(req: ScheduleRequest) -> ScheduleRequest:

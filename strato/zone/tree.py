@@ -1480,6 +1480,8 @@ class ZoneTree:
         if answer is None and not divide:
             answer = await self._decide(req, kids, outcomes, attempt, local=local,
                                         penalty=penalty)
+            if answer is not None:
+                answer = split.relax_undivided(req, kids, answer)
         pruned = [c for c in kids if any(o.zone == c.name and o.outcome == Result.PRUNED
                                          for o in outcomes)]
         if answer is None and pruned and not divide:

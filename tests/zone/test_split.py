@@ -1180,3 +1180,20 @@ def test_a_hard_spread_measures_its_skew_over_every_room_that_could_take_one(
                 {"type": "affinity", "level": "room"}, {"type": "spread", "level": "room"}]))
         assert r.status_code == 409, r.text
     run(tmp_path, with_a_mid_zone(scenario), zones=MID, hosts=0)
+
+
+def test_a_hard_affinity_below_wins_over_a_soft_rule_that_would_divide(tmp_path: Path
+                                                                      ) -> None:
+    """Two instances on one host (hard) and spread over rooms (soft): one zone
+    puts both on a host and relaxes the spread. dfw divided the request for
+    the spread, which the hard affinity forbids, and refused it."""
+    async def scenario(tree: InProcessTree) -> None:
+        for dry in (True, False):
+            r = await tree.client("dfw").post("/strato/v1/schedule", json=req(
+                2, 4, group=f"s{dry}", dry_run=dry, constraints=[
+                    {"type": "affinity", "level": "host"},
+                    {"type": "spread", "level": "room", "hard": False}]))
+            assert r.status_code == 200, r.text
+            assert len({p["provider"] for p in r.json()["placements"]}) == 1, r.text
+            assert [x["rule"] for x in r.json()["relaxed"]] == [f"spread s{dry}@room"], r.text
+    run(tmp_path, with_a_mid_zone(scenario), zones=MID, hosts=0)
