@@ -1129,9 +1129,30 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     if len(split) > 1:
         relaxed = relax_together(req, kids, {"relaxed": relaxed})["relaxed"]
     if req.dry_run or attempt is None:
-        return _merge(tree, req, [(k, _dry_share(plans[k.name], cs)) for k, cs in split],
-                      consumers, relaxed)
+        return _merge(tree, req, await _dry_shares(tree, req, split, plans), consumers,
+                      relaxed)
     return await _claim(tree, req, split, consumers, relaxed, outcomes, attempt)
+
+
+async def _dry_shares(tree: Splitter, req: ScheduleRequest,
+                      split: Sequence[tuple[Child, list[str]]],
+                      plans: Mapping[str, dict[str, Any]]
+                      ) -> list[tuple[Child, dict[str, Any]]]:
+    """Each child's plan cut to its share. A plan of the whole request that
+    relaxed a soft rule may have relaxed it only for instances beyond the
+    share: that child is asked again for its share alone (as the real request
+    asks it), so a dry run says what the real request would."""
+    async def one(k: Child, cs: list[str]) -> tuple[Child, dict[str, Any]]:
+        plan = plans[k.name]
+        if plan.get("relaxed") and len(cs) < len(plan["placements"]):
+            dry = for_child(req).model_copy(update={
+                "consumers": cs, "dry_run": True, "request_id": None, "explain": False,
+                "hold_ttl": None})
+            again = await tree.ask(k, dry, None, PLAN_SHARE)
+            if isinstance(again, dict) and len(again.get("placements", [])) == len(cs):
+                plan = again
+        return k, _dry_share(plan, cs)
+    return list(await asyncio.gather(*(one(k, cs) for k, cs in split)))
 
 
 def _dry_share(plan: dict[str, Any], consumers: list[str]) -> dict[str, Any]:

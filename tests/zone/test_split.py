@@ -1197,3 +1197,19 @@ def test_a_hard_affinity_below_wins_over_a_soft_rule_that_would_divide(tmp_path:
             assert len({p["provider"] for p in r.json()["placements"]}) == 1, r.text
             assert [x["rule"] for x in r.json()["relaxed"]] == [f"spread s{dry}@room"], r.text
     run(tmp_path, with_a_mid_zone(scenario), zones=MID, hosts=0)
+
+
+def test_a_divided_dry_run_says_what_the_real_request_relaxes(tmp_path: Path) -> None:
+    """At most two a site (soft), four instances: two in each site keep it,
+    and the real request says nothing relaxed. The dry run cut each site's
+    plan of all four (which relaxed the rule there) to its share of two and
+    kept its 'relaxed'."""
+    async def scenario(tree: InProcessTree) -> None:
+        rule = {"type": "spread", "level": "site", "max_per_domain": 2, "hard": False}
+        for dry in (True, False):
+            r = await tree.client("global").post("/strato/v1/schedule", json=req(
+                4, 1, dry_run=dry, constraints=[rule]))
+            assert r.status_code == 200, r.text
+            assert cells(r.json()) == {"dfw": 2, "ord": 2}, r.text
+            assert r.json()["relaxed"] == [], r.text
+    run(tmp_path, scenario, hosts=2)
