@@ -587,13 +587,15 @@ class ZoneTree:
         return got
 
     async def _send_cancel(self, child: Child, request_id: str,
-                           timeout: float | None = None) -> Unsettled | None:
+                           timeout: float | None = None,
+                           released: list[str] | None = None) -> Unsettled | None:
         """None once `child` confirmed the cancel done in its whole subtree,
         else why not. A child that took it but could not yet get it to a zone
         below it (deferred there) has not undone the part: what that zone
         holds of it still takes room, so the part stays in doubt here (a
         retry of its request is no refusal meanwhile) and is cancelled again
-        until that zone confirms it too."""
+        until that zone confirms it too. `released` gets the consumers the
+        child says it released."""
         try:
             reply = await self.transport.call(
                 child.url, "POST", "/strato/v1/requests/cancel", token=child.credential,
@@ -611,6 +613,8 @@ class ZoneTree:
         except protocol.Faulty as exc:
             self.health_of(child.name).failed(f"faulty: {exc.reason}", faulty=True)
             return Unsettled(f"faulty: {exc.reason}")
+        if released is not None:
+            released += answer.get("released", [])
         if answer.get("deferred"):
             return Unsettled(f"cancelled there, not yet below it (deferred at "
                              f"{', '.join(answer['deferred'])})"[:300], answered=True)
@@ -689,12 +693,18 @@ class ZoneTree:
             else:
                 timeout = None if deadline is None else min(
                     self.config.child_timeout, max(MIN_CANCEL_S, deadline - time.time()))
-                got = await self._send_cancel(child, p.part_id, timeout)
+                said: list[str] = []
+                got = await self._send_cancel(child, p.part_id, timeout, said)
                 why = None if got is None else got.why
+                # Only the part's own consumers (a child's word is input).
+                mine = set(p.consumers)
+                out.released += [c for c in said if not mine or c in mine]
             if why is None:
-                out.forwarded.append(p.child)
+                if p.child not in out.forwarded:
+                    out.forwarded.append(p.child)
             else:
-                out.deferred.append(p.child)
+                if p.child not in out.deferred:
+                    out.deferred.append(p.child)
                 await self.note_in_doubt(p.child, p.part_id, p.consumers,
                                          f"cancel not done: {why}")
         return out

@@ -250,6 +250,10 @@ def test_a_cancel_after_a_divided_gang_undoes_every_share(tmp_path: Path) -> Non
         r = await tree.client("global").post("/strato/v1/requests/cancel",
                                              json={"request_id": "gang-1"})
         assert r.status_code == 200, r.text
+        # The answer says what went, as a zone without children does, and
+        # names each child once (not once per part it held).
+        assert sorted(r.json()["released"]) == sorted(body["consumers"]), r.text
+        assert sorted(r.json()["forwarded"]) == ["dfw", "ord"], r.text
         assert await used(tree, "dfw") == 0 and await used(tree, "ord") == 0
         # A retry with the same id is told it was cancelled; nothing is placed.
         r = await tree.client("global").post("/strato/v1/schedule", json=body)
