@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -28,6 +28,13 @@ ConsumerType = Annotated[str, Field(pattern=r"^[A-Z0-9_]{1,255}$")]
 _TRAIT = re.compile(r"[A-Z0-9_]{1,255}")
 MAX_CONSUMERS = 1000
 DEFAULT_LEVELS = ("site", "room", "rack", "host")
+
+
+def _class_names(names: Iterable[str]) -> None:
+    """ValueError for the first name that is not a resource class's form."""
+    for name in names:
+        if not re.fullmatch(r"[A-Z0-9_]{1,255}", name):
+            raise ValueError(f"resource class {name[:64]!r} is not a valid name")
 
 
 class _Strict(BaseModel):
@@ -59,9 +66,7 @@ class RequestGroupSpec(_Strict):
     @field_validator("resources")
     @classmethod
     def _classes(cls, v: dict[str, int]) -> dict[str, int]:
-        for name in v:
-            if not re.fullmatch(r"[A-Z0-9_]{1,255}", name):
-                raise ValueError(f"resource class {name!r} is not a valid name")
+        _class_names(v)
         return v
 
     @field_validator("required")
@@ -174,9 +179,7 @@ class WeigherSpec(_Strict):
     @classmethod
     def _classes(cls, v: dict[str, float]) -> dict[str, float]:
         # As a group's resources (a class the zone does not know: check_names).
-        for name in v:
-            if not re.fullmatch(r"[A-Z0-9_]{1,255}", name):
-                raise ValueError(f"resource class {name[:64]!r} is not a valid name")
+        _class_names(v)
         return v
 
 
