@@ -179,11 +179,16 @@ def _gain(o: Option, state: _State, rules: Sequence[SpreadRule],
             gain -= (SPREAD_PULL if r.hard else r.weight) * have
             continue
         if r.kind is SpreadKind.ANTI_AFFINITY:
-            clash = used[d] > 0 or d in r.existing
+            # A broken soft rule costs its weight per member already there
+            # (earlier members count as one), as Nova's soft anti-affinity
+            # weigher counts them: when the rule must give, the instances
+            # still spread as evenly as they can, not pile up where the
+            # score is best once every domain has one.
+            clash = used[d] + (d in r.existing)
             if clash and r.hard:
                 return None
             if clash:
-                gain -= r.weight
+                gain -= r.weight * clash
         else:
             others = set(used) | set(r.existing)
             apart = bool(others) and d not in others

@@ -191,6 +191,20 @@ def test_soft_anti_affinity_prefers_spreading(client: TestClient,
     assert [r["type"] for r in ans["relaxed"]] == ["anti_affinity"]
 
 
+def test_relaxed_soft_anti_affinity_spreads_evenly(client: TestClient) -> None:
+    # Two hosts, eight instances: the rule is relaxed, and they go 4 and 4
+    # (they went 7 and 1, on whichever host scored best, before).
+    hosts = [host(client, f"h{i}", location=f"dfw/room1/rack1/h{i}", vcpu=16)
+             for i in range(2)]
+    for weigher in ("spread", "pack"):
+        ans = schedule(client, req(8, group=f"g-{weigher}", weigher={"name": weigher},
+                                   constraints=[{"type": "anti_affinity", "level": "host",
+                                                 "hard": False}]))
+        assert [r["type"] for r in ans["relaxed"]] == ["anti_affinity"]
+        assert sorted(used(client, h) for h in hosts) == (
+            [4, 4] if weigher == "spread" else [8, 8])
+
+
 def test_rare_hosts_are_kept_for_the_requests_that_ask_for_them(client: TestClient) -> None:
     # Five hosts; the two smallest (what `pack` would fill first) each have a
     # rare feature: a CPU feature trait, a compliance tag.

@@ -56,6 +56,21 @@ def test_soft_rules_cost_their_weight_and_are_reported() -> None:
     assert got is not None and sorted(got.choices) == [0, 1] and got.violated == ()
 
 
+def test_a_broken_soft_anti_affinity_still_spreads_evenly() -> None:
+    # 8 instances, 2 hosts: the rule must give, and each instance more in a
+    # domain costs the weight again (Nova's soft anti-affinity weigher counts
+    # members): 4 and 4, not 7 on the better-scored host once both have one.
+    options = [opt("h1", "r1", 0.9), opt("h2", "r2", 0.2)]
+    free = free_of(("h1", 16), ("h2", 16))
+    got = solve(options, free, 8, [SpreadRule(AA, "host", hard=False)])
+    assert got is not None and got.violated == (0,)
+    assert sorted(got.choices).count(0) == 4
+    # An earlier member counts too: 3 new ones beside one on h1 go 1 and 2.
+    got = solve(options, free, 3, [SpreadRule(AA, "host", hard=False,
+                                              existing=frozenset({"h1"}))])
+    assert got is not None and sorted(got.choices) == [0, 1, 1]
+
+
 def test_non_atomic_places_what_fits() -> None:
     options = [opt("h1", "r1", 0.9)]
     assert solve(options, free_of(("h1", 2)), 3) is None
