@@ -1031,6 +1031,35 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
     return shares, relaxed
 
 
+def even_shares(n: int, room: Sequence[tuple[Child, int]], domains: Mapping[str, int]
+                ) -> list[tuple[Child, int]]:
+    """`n` instances over the children that can take them (`room`: how many
+    each can take), in proportion to the domains each has room in under the
+    rules of `kept_apart` (`domains`: its plan with them hard). Such a soft
+    anti-affinity that must give then still spreads over the most domains, as
+    one zone spreads it (each child relaxes it within its share, evenly):
+    eight instances over two cells of two hosts go four and four, not eight
+    in one. Children with no such domain take what the others cannot."""
+    took: Counter[str] = Counter()
+    cap = {k.name: c for k, c in room}
+    order = sorted(room, key=lambda t: (-domains.get(t[0].name, 0), t[0].name))
+    for _ in range(n):
+        best: tuple[tuple[float, int], Child] | None = None
+        for k, _c in order:
+            d = domains.get(k.name, 0)
+            if took[k.name] >= cap[k.name]:
+                continue
+            # The share each of its domains would hold with one more; a child
+            # with none comes after every child that has one.
+            key = ((took[k.name] + 1) / d if d > 0 else float("inf"), -cap[k.name])
+            if best is None or key < best[0]:
+                best = (key, k)
+        if best is None:
+            break
+        took[best[1].name] += 1
+    return [(k, took[k.name]) for k, _ in order if took[k.name]]
+
+
 def _skew(shares: Sequence[tuple[Child, int]], order: Sequence[tuple[Child, int]], i: int,
           r: SpreadRuleSpec, occ: Occupancy | None) -> int:
     """The most one domain that gets instances holds beyond the emptiest domain
@@ -1052,12 +1081,15 @@ def _skew(shares: Sequence[tuple[Child, int]], order: Sequence[tuple[Child, int]
 
 async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[Child],
                           outcomes: list[Outcome], attempt: Attempt | None,
-                          occ: Occupancy | None = None, own: Child | None = None
-                          ) -> dict[str, Any] | None:
+                          occ: Occupancy | None = None, own: Child | None = None, *,
+                          even: bool = False) -> dict[str, Any] | None:
     """`req` divided among the children (see the module's doc); None if it does
     not apply or nothing (atomic: not everything) fits. `own`: this zone's own
     providers as one more share (named OWN: asked first, with no round trip),
-    when no rule above a child applies (their domains are per host, not one)."""
+    when no rule above a child applies (their domains are per host, not one).
+    `even`: the soft anti-affinity rules of `kept_apart` cannot all be kept
+    (a plan with them hard fell short): the shares follow the domains each
+    child has room in (`even_shares`), every candidate asked."""
     n = len(req.consumers)
     if n < 2:
         return None
@@ -1099,7 +1131,8 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     # Ask the fewest children the summaries say are enough (and one more),
     # then the rest only if their plans fall short: a gang of four over ten
     # cells asks five, not ten.
-    first_round = _enough(tree, req, cands, wide)
+    apart = kept_apart(req, kids) if even and not wide else []
+    first_round = list(cands) if apart else _enough(tree, req, cands, wide)
     plans = await _plan(tree, req, first_round, outcomes)
     by_name = {k.name: k for k in cands}
     counts = [(by_name[name], len(p["placements"])) for name, p in plans.items()]
@@ -1109,6 +1142,15 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
         plans.update(await _plan(tree, req, rest, outcomes))
         counts = [(by_name[name], len(p["placements"])) for name, p in plans.items()]
         shares, relaxed = assign(req, counts, wide, occ)
+    if apart and len(counts) > 1:
+        # How many domains each child has room in, the rules kept: what its
+        # plan with them hard places (what it says is only a hint: no more
+        # than its plain plan takes).
+        kept = await _plan(tree, hardened(req, apart), [k for k, _ in counts], [])
+        domains = {k.name: min(c, len(kept[k.name]["placements"]))
+                   for k, c in counts if k.name in kept}
+        if any(d > 0 for d in domains.values()):
+            shares = even_shares(n, counts, domains)
     total = sum(c for _, c in shares)
     if not total or (req.atomic and total < n):
         took = ", ".join(f"{_label(k)}: {c}" for k, c in shares) or "none"

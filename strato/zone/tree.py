@@ -1410,12 +1410,21 @@ class ZoneTree:
                     outcomes += extra
                     return (split.combine(answer, more) if more is not None else answer,
                             outcomes)
+        if len(req.consumers) > 1 and split.kept_apart(req, kids):
+            # A soft anti-affinity below the children that cannot be kept
+            # (the plan above fell short): divided as the domains with room
+            # are, so that it gives as little as in one zone with these hosts,
+            # where one child would pile every instance on its few hosts.
+            answer, outcomes = await self._place_kept(req, kids, attempt, even=True)
+            if answer is not None:
+                return answer, outcomes
         return await self._place_kept(req, kids, attempt)
 
     async def _place_kept(self, req: ScheduleRequest, kids: Sequence[Child],
-                          attempt: Attempt | None
+                          attempt: Attempt | None, *, even: bool = False
                           ) -> tuple[dict[str, Any] | None, list[Outcome]]:
-        """`_place`, every rule as the request says."""
+        """`_place`, every rule as the request says; `even`: divided as
+        `split.schedule_across` divides a soft anti-affinity it cannot keep."""
         wide = split.wide_rules(req, kids)
         deep = split.deep_affinity(req, kids)
         own = await self.own_hosts()
@@ -1430,7 +1439,7 @@ class ZoneTree:
         if not groups and not any(r.hard for _, r in wide):
             # No rule about a group's members, none above a child that must
             # hold: only the request's own instances count.
-            return await self._place_in(req, kids, attempt, None)
+            return await self._place_in(req, kids, attempt, None, even=even)
         # Rules above a child are this zone's to keep, soft ones too: one
         # request per group at a time reads where the group's members are,
         # and places new ones.
@@ -1468,7 +1477,7 @@ class ZoneTree:
                 penalty = {name: (penalty or {}).get(name, 0.0) + following.penalty.get(name, 0.0)
                            for name in [*(k.name for k in kids), LOCAL]}
             answer, outcomes = await self._place_in(req, kids, attempt, occ, penalty,
-                                                    local=local)
+                                                    local=local, even=even)
             if answer is not None:
                 answer = split.relax_scattered(req, wide, occ, answer)
                 answer = split.relax_unfollowed(req, deep, following, answer)
@@ -1478,15 +1487,17 @@ class ZoneTree:
 
     async def _place_in(self, req: ScheduleRequest, kids: Sequence[Child],
                         attempt: Attempt | None, occ: split.Occupancy | None,
-                        penalty: Mapping[str, float] | None = None, *, local: bool = True
+                        penalty: Mapping[str, float] | None = None, *, local: bool = True,
+                        even: bool = False
                         ) -> tuple[dict[str, Any] | None, list[Outcome]]:
-        """`local`: this zone's own providers may take it (or a share of it)."""
+        """`local`: this zone's own providers may take it (or a share of it);
+        `even`: divided (see `_place_kept`), or not at all."""
         await self._refresh_due(kids)
         outcomes: list[Outcome] = []
         answer = None
         if attempt is not None and shared.shared_classes(self, req):
             answer = await shared.schedule_split(self, req, attempt, outcomes, kids, occ)
-        divide = split.must_split(req, kids)
+        divide = even or split.must_split(req, kids)
         if answer is None and not divide:
             answer = await self._decide(req, kids, outcomes, attempt, local=local,
                                         penalty=penalty)
@@ -1512,7 +1523,8 @@ class ZoneTree:
             # No child takes it whole: divide it among several (zone/split.py),
             # this zone's own providers among them.
             own = await self.own_child() if local and await self.has_providers() else None
-            answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ, own)
+            answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ, own,
+                                                 even=even)
         elif answer is not None and not req.atomic and answer.get("unplaced"):
             answer = await self._place_rest(req, kids, answer, outcomes, attempt, occ,
                                             own=local)

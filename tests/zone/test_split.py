@@ -1217,3 +1217,55 @@ def test_a_divided_dry_run_says_what_the_real_request_relaxes(tmp_path: Path) ->
             assert cells(r.json()) == {"dfw": 2, "ord": 2}, r.text
             assert r.json()["relaxed"] == [], r.text
     run(tmp_path, scenario, hosts=2)
+
+
+def hosts_of(answer: dict[str, Any]) -> Counter[str]:
+    return Counter(p["location"].rsplit("/", 1)[1] for p in answer["placements"])
+
+
+def test_a_soft_host_anti_affinity_that_must_give_spreads_as_in_one_zone(tmp_path: Path
+                                                                         ) -> None:
+    """Two cells of two hosts: eight instances under a soft host anti-affinity
+    cannot be kept apart. One zone with the four hosts places two on each; the
+    root sent all eight to one cell, four on each of its two hosts. It now
+    divides them as the cells' hosts with room are (four and four), dry run
+    or not, and each cell spreads its share."""
+    async def scenario(tree: InProcessTree) -> None:
+        rule = {"type": "anti_affinity", "level": "host", "hard": False}
+        for n, most in ((8, 2), (5, 2), (6, 2)):
+            for dry in (True, False):
+                body = req(n, vcpu=1, group=f"g{n}-{dry}", constraints=[rule], dry_run=dry)
+                r = await tree.client("global").post("/strato/v1/schedule", json=body)
+                assert r.status_code == 200, r.text
+                answer = r.json()
+                assert sorted(cells(answer).values()) == [n // 2, n - n // 2], answer
+                assert len(hosts_of(answer)) == 4 and max(hosts_of(answer).values()) == most
+                assert [x["rule"] for x in answer["relaxed"]] == [
+                    f"anti_affinity g{n}-{dry}@host"], answer["relaxed"]
+                if not dry:
+                    assert (await consumers_at(tree, "dfw") | await consumers_at(tree, "ord")
+                            ) >= set(body["consumers"])
+                    for c in body["consumers"]:
+                        r = await tree.client("global").delete(f"/allocations/{c}")
+                        assert r.status_code == 204, r.text
+        assert await used(tree, "dfw") == 0 and await used(tree, "ord") == 0
+        # Kept apart when it can be: four on four hosts, nothing relaxed.
+        r = await tree.client("global").post("/strato/v1/schedule", json=req(
+            4, vcpu=1, group="four", constraints=[rule]))
+        assert r.status_code == 200, r.text
+        assert hosts_of(r.json()) == Counter({h: 1 for h in hosts_of(r.json())})
+        assert len(hosts_of(r.json())) == 4 and r.json()["relaxed"] == []
+    run(tmp_path, scenario, hosts=2)
+
+
+def test_even_shares() -> None:
+    a, b, c = (Child(name=x, url=f"inproc://{x}", location_prefix=None, tags=(),
+                     credential=None) for x in "abc")
+    # In proportion to the domains with room, within each child's room.
+    assert split.even_shares(8, [(a, 8), (b, 8)], {"a": 2, "b": 2}) == [(a, 4), (b, 4)]
+    assert split.even_shares(8, [(a, 8), (b, 8)], {"a": 3, "b": 1}) == [(a, 6), (b, 2)]
+    assert split.even_shares(8, [(a, 3), (b, 8)], {"a": 2, "b": 2}) == [(a, 3), (b, 5)]
+    # A child with no such domain takes only what the others cannot.
+    assert split.even_shares(5, [(a, 3), (b, 9), (c, 1)], {"a": 1, "c": 1}) == [
+        (a, 3), (c, 1), (b, 1)]
+    assert split.even_shares(3, [(a, 1)], {"a": 1}) == [(a, 1)]
