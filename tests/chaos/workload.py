@@ -176,7 +176,8 @@ class Workload:
 
     def _spread(self, c: httpx.Client, rng: random.Random, who: str) -> None:
         """Anti-affinity at level zone: one instance per mid zone (two), hard or
-        soft; or a topology spread (max skew 1, at most two per domain)."""
+        soft; a soft one at level rack over several cells; or a topology
+        spread (max skew 1, at most two per domain)."""
         if rng.random() < 0.4:
             level = rng.choice(["zone", "rack"])
             body = self._body(rng, rng.randint(3, 4), {"VCPU": 1, "MEMORY_MB": 256},
@@ -186,6 +187,15 @@ class Workload:
             self.schedule(c, "spread", body, self._new_id(rng), who)
             return
         group = f"z{self.seed}-{rng.getrandbits(32):08x}"
+        if rng.random() < 0.25:
+            # Soft, below the cells (each has two racks): more instances than
+            # racks with room are divided among the cells as their racks are.
+            body = self._body(rng, rng.randint(3, 9), {"VCPU": 1, "MEMORY_MB": 256},
+                              group=group, atomic=rng.random() < 0.7,
+                              constraints=[{"type": "anti_affinity", "level": "rack",
+                                            "hard": False}])
+            self.schedule(c, "spread", body, self._new_id(rng), who)
+            return
         hard = rng.random() < 0.6
         body = self._body(rng, 2 if hard else rng.randint(2, 3),
                           {"VCPU": 1, "MEMORY_MB": 256}, group=group,
