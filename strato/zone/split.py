@@ -477,6 +477,19 @@ def kept_apart(req: ScheduleRequest, kids: Sequence[Child]
             and i not in wide and joins(req, c)]
 
 
+def deep_spreads(req: ScheduleRequest, kids: Sequence[Child]
+                 ) -> list[tuple[int, SpreadRuleSpec]]:
+    """The spread rules at a level below the children (`rack` when each child
+    is a room): a child keeps one over its own domains only, so a request it
+    takes whole may pile up in its few domains while another child's stay
+    empty, where one zone with the same hosts would spread it over all."""
+    if len(req.consumers) < 2:
+        return []
+    wide = {i for i, _ in wide_rules(req, kids)}
+    return [(i, c) for i, c in enumerate(req.constraints)
+            if isinstance(c, SpreadRuleSpec) and c.type == "spread" and i not in wide]
+
+
 def soft_first(req: ScheduleRequest, kids: Sequence[Child]
                ) -> list[tuple[int, Constraint]]:
     """The soft rules a routing zone tries as hard ones first, as a zone
@@ -1087,9 +1100,12 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     not apply or nothing (atomic: not everything) fits. `own`: this zone's own
     providers as one more share (named OWN: asked first, with no round trip),
     when no rule above a child applies (their domains are per host, not one).
-    `even`: the soft anti-affinity rules of `kept_apart` cannot all be kept
-    (a plan with them hard fell short): the shares follow the domains each
-    child has room in (`even_shares`), every candidate asked."""
+    `even`: the request's instances outnumber the domains any one child has
+    room in under the soft anti-affinity rules of `kept_apart` (those a plan
+    with them hard could not keep) or the rules of `deep_spreads`: the shares
+    follow the domains each child has room in (`even_shares`), every
+    candidate asked; None (and nothing said) when that does not apply, for
+    the caller to place the request as it would otherwise."""
     n = len(req.consumers)
     if n < 2:
         return None
@@ -1132,7 +1148,10 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
     # then the rest only if their plans fall short: a gang of four over ten
     # cells asks five, not ten.
     apart = kept_apart(req, kids) if even and not wide else []
-    first_round = list(cands) if apart else _enough(tree, req, cands, wide)
+    spreads = deep_spreads(req, kids) if even and not wide else []
+    if even and not (apart or spreads):
+        return None
+    first_round = list(cands) if even else _enough(tree, req, cands, wide)
     plans = await _plan(tree, req, first_round, outcomes)
     by_name = {k.name: k for k in cands}
     counts = [(by_name[name], len(p["placements"])) for name, p in plans.items()]
@@ -1142,15 +1161,11 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
         plans.update(await _plan(tree, req, rest, outcomes))
         counts = [(by_name[name], len(p["placements"])) for name, p in plans.items()]
         shares, relaxed = assign(req, counts, wide, occ)
-    if apart and len(counts) > 1:
-        # How many domains each child has room in, the rules kept: what its
-        # plan with them hard places (what it says is only a hint: no more
-        # than its plain plan takes).
-        kept = await _plan(tree, hardened(req, apart), [k for k, _ in counts], [])
-        domains = {k.name: min(c, len(kept[k.name]["placements"]))
-                   for k, c in counts if k.name in kept}
-        if any(d > 0 for d in domains.values()):
-            shares = even_shares(n, counts, domains)
+    if even:
+        domains = await _domains(tree, req, counts, plans, apart, spreads)
+        if len(counts) < 2 or max(domains.values(), default=0) >= n:
+            return None  # one child can give each instance a domain of its own
+        shares = even_shares(n, counts, domains)
     total = sum(c for _, c in shares)
     if not total or (req.atomic and total < n):
         took = ", ".join(f"{_label(k)}: {c}" for k, c in shares) or "none"
@@ -1174,6 +1189,29 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
         return _merge(tree, req, await _dry_shares(tree, req, split, plans), consumers,
                       relaxed)
     return await _claim(tree, req, split, consumers, relaxed, outcomes, attempt)
+
+
+async def _domains(tree: Splitter, req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
+                   plans: Mapping[str, dict[str, Any]],
+                   apart: Sequence[tuple[int, SpreadRuleSpec]],
+                   spreads: Sequence[tuple[int, SpreadRuleSpec]]) -> dict[str, int]:
+    """How many domains each child has room in, for `even_shares` (what a
+    child says is a hint only: never more than its plain plan takes). Under
+    `apart`, what its plan with those rules hard places (the group's members
+    keep it from their domains); under `spreads`, the domains its plain plan
+    of every instance uses (it spreads them over all it can); under both,
+    the fewer."""
+    got = {k.name: c for k, c in counts}
+    if apart:
+        kept = await _plan(tree, hardened(req, apart), [k for k, _ in counts], [])
+        for k, _c in counts:
+            got[k.name] = min(got[k.name], len(kept.get(k.name, {}).get("placements", [])))
+    for _, r in spreads:
+        for k, _c in counts:
+            used = {_placed_in(p, r.level, DEFAULT_LEVELS)
+                    for p in plans.get(k.name, {}).get("placements", [])}
+            got[k.name] = min(got[k.name], len(used))
+    return got
 
 
 async def _dry_shares(tree: Splitter, req: ScheduleRequest,

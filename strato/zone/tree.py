@@ -1410,11 +1410,14 @@ class ZoneTree:
                     outcomes += extra
                     return (split.combine(answer, more) if more is not None else answer,
                             outcomes)
-        if len(req.consumers) > 1 and split.kept_apart(req, kids):
+        if len(req.consumers) > 1 and (split.kept_apart(req, kids)
+                                       or split.deep_spreads(req, kids)):
             # A soft anti-affinity below the children that cannot be kept
-            # (the plan above fell short): divided as the domains with room
-            # are, so that it gives as little as in one zone with these hosts,
-            # where one child would pile every instance on its few hosts.
+            # (the plan above fell short), or a spread below them: divided as
+            # the children's domains with room are when the instances
+            # outnumber any one child's, so that the rule gives as little as
+            # in one zone with these hosts, where one child would pile every
+            # instance on its few domains.
             answer, outcomes = await self._place_kept(req, kids, attempt, even=True)
             if answer is not None:
                 return answer, outcomes

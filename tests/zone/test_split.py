@@ -1269,3 +1269,28 @@ def test_even_shares() -> None:
     assert split.even_shares(5, [(a, 3), (b, 9), (c, 1)], {"a": 1, "c": 1}) == [
         (a, 3), (c, 1), (b, 1)]
     assert split.even_shares(3, [(a, 1)], {"a": 1}) == [(a, 1)]
+
+
+def test_a_spread_below_the_cells_is_kept_over_every_cells_domains(tmp_path: Path) -> None:
+    """Two cells of two hosts: a host-level spread of four instances went
+    whole to one cell, two on each of its hosts (the cell's own skew 0, the
+    tree's 2 with the other cell's hosts empty). Instances that outnumber any
+    one cell's hosts are now divided as the cells' hosts are: one per host,
+    as in one zone with the four hosts, hard or soft, dry run or not. Two
+    instances still go to one cell (each on a host of its own)."""
+    async def scenario(tree: InProcessTree) -> None:
+        for n, hard in ((4, True), (4, False), (3, True), (2, True)):
+            for dry in (True, False):
+                body = req(n, vcpu=1, dry_run=dry, constraints=[
+                    {"type": "spread", "level": "host", "max_skew": 1, "hard": hard}])
+                r = await tree.client("global").post("/strato/v1/schedule", json=body)
+                assert r.status_code == 200, r.text
+                answer = r.json()
+                assert sorted(hosts_of(answer).values()) == [1] * n, answer["placements"]
+                assert answer["relaxed"] == []
+                assert len(cells(answer)) == (1 if n == 2 else 2)
+                for c in [] if dry else body["consumers"]:
+                    r = await tree.client("global").delete(f"/allocations/{c}")
+                    assert r.status_code == 204, r.text
+        assert await used(tree, "dfw") == 0 and await used(tree, "ord") == 0
+    run(tmp_path, scenario, hosts=2)
