@@ -1047,12 +1047,12 @@ def assign(req: ScheduleRequest, counts: Sequence[tuple[Child, int]],
 def even_shares(n: int, room: Sequence[tuple[Child, int]], domains: Mapping[str, int]
                 ) -> list[tuple[Child, int]]:
     """`n` instances over the children that can take them (`room`: how many
-    each can take), in proportion to the domains each has room in under the
-    rules of `kept_apart` (`domains`: its plan with them hard). Such a soft
-    anti-affinity that must give then still spreads over the most domains, as
-    one zone spreads it (each child relaxes it within its share, evenly):
-    eight instances over two cells of two hosts go four and four, not eight
-    in one. Children with no such domain take what the others cannot."""
+    each can take), in proportion to the domains each has room in (`domains`,
+    see `_domains`). A soft anti-affinity below the children that must give,
+    or a spread below them, then still spreads over the most domains, as one
+    zone spreads it (each child spreads its share over its own): eight
+    instances over two cells of two hosts go four and four, not eight in
+    one. Children with no such domain take what the others cannot."""
     took: Counter[str] = Counter()
     cap = {k.name: c for k, c in room}
     order = sorted(room, key=lambda t: (-domains.get(t[0].name, 0), t[0].name))

@@ -1426,8 +1426,8 @@ class ZoneTree:
     async def _place_kept(self, req: ScheduleRequest, kids: Sequence[Child],
                           attempt: Attempt | None, *, even: bool = False
                           ) -> tuple[dict[str, Any] | None, list[Outcome]]:
-        """`_place`, every rule as the request says; `even`: divided as
-        `split.schedule_across` divides a soft anti-affinity it cannot keep."""
+        """`_place`, every rule as the request says; `even`: divided as the
+        children's domains are (`split.schedule_across`), or not at all."""
         wide = split.wide_rules(req, kids)
         deep = split.deep_affinity(req, kids)
         own = await self.own_hosts()
