@@ -341,6 +341,28 @@ def _pg_create(url: str) -> None:
         engine.dispose()
 
 
+# As a request's weigher.class_weights (model/schedule.py): 0 to this.
+MOST_CLASS_WEIGHT = 1e6
+
+
+def _check_class_weights(weights: dict[str, float]) -> None:
+    """ValueError naming what is wrong with serve's --class-weights: a class
+    that is neither a standard one nor a CUSTOM_ name (a typo, VCPUS, would
+    weigh nothing, silently; a request naming it is a 400), or a weight out
+    of a request's range (0 to 1e6)."""
+    from strato.model.names import is_custom_name, is_standard_resource_class
+
+    unknown = [rc for rc in weights
+               if not (is_standard_resource_class(rc) or is_custom_name(rc))]
+    if unknown:
+        raise ValueError(f"unknown resource class(es): {', '.join(unknown)} (a standard "
+                         "class such as VCPU, MEMORY_MB, DISK_GB, or CUSTOM_...)")
+    out = {rc: w for rc, w in weights.items() if not 0 <= w <= MOST_CLASS_WEIGHT}
+    if out:
+        raise ValueError("a weight is 0 to 1000000: "
+                         + ", ".join(f"{rc}={w:g}" for rc, w in out.items()))
+
+
 @app.command(short_help="Run a zone server (one zone of a tree, or a zone alone).")
 def serve(
     ctx: typer.Context,
@@ -378,7 +400,8 @@ def serve(
     class_weights: str = typer.Option(None, envvar="STRATO_CLASS_WEIGHTS",
                                       help="Per resource class weight in the ranking, e.g. "
                                       "VCPU=2,MEMORY_MB=1 (others 1; CLASS:WEIGHT "
-                                      "works too)."),
+                                      "works too): a standard class or CUSTOM_..., "
+                                      "0 to 1000000, as in a request's weigher."),
     randomize_candidates: bool = typer.Option(None, envvar="STRATO_RANDOMIZE_CANDIDATES",
                                               help="Break ranking ties randomly instead of "
                                               "by provider uuid."),
@@ -554,6 +577,12 @@ def serve(
                           f"{', '.join(rules.unknown)}", soft_wrap=True)
     try:
         weights = None if class_weights is None else parse_class_weights(class_weights)
+        if weights is not None:
+            _check_class_weights(weights)
+    except ValueError as exc:
+        console.print(f"[red]invalid --class-weights[/]: {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    try:
         # Fail here, with the reason, rather than in every worker at start-up.
         EngineConfig.from_env(weigher=weigher, class_weights=weights,
                               randomize=randomize_candidates, max_candidates=max_candidates,

@@ -193,13 +193,37 @@ def test_bad_security_options_end_in_one_line(tmp_path: Path) -> None:
     (["--min-body-rate", "0"], "min body rate"),
     # 0 answered every GET /allocation_candidates with none; -5 meant no cap.
     (["--max-candidates", "0"], "max candidates must be -1 (no cap) or at least 1, not 0"),
-    (["--max-candidates", "-5"], "max candidates must be -1 (no cap) or at least 1, not -5")])
+    (["--max-candidates", "-5"], "max candidates must be -1 (no cap) or at least 1, not -5"),
+    # A typo weighed nothing, silently (a request naming it is a 400).
+    (["--class-weights", "VCPU=2,VCPUS=3"],
+     "invalid --class-weights: unknown resource class(es): VCPUS"),
+    (["--class-weights", "vcpu:-1"], "invalid --class-weights: a weight is 0 to 1000000: "
+     "VCPU=-1"),
+    (["--class-weights", "VCPU=1e300"], "invalid --class-weights: a weight is 0 to"),
+    (["--class-weights", "VCPU"], "invalid --class-weights: 'VCPU': expected CLASS=N")])
 def test_an_option_out_of_range_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
                                                        said: str) -> None:
     r = serve("--db", f"sqlite:///{tmp_path / 'x.db'}", *args)
     assert r.returncode == 2, r.stdout + r.stderr
     assert said in one_line(r), r.stdout + r.stderr
     assert "serving on" not in r.stdout + r.stderr
+
+
+def test_class_weights_from_the_environment_are_checked_and_custom_ones_kept(
+        tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "strato.cli.main", "serve", "--port",
+                        str(free_port()), "--db", f"sqlite:///{tmp_path / 'x.db'}"],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "COLUMNS": "200",
+                            "STRATO_CLASS_WEIGHTS": "MEMORY_MB=1,MEMORYMB=2"})
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "invalid --class-weights: unknown resource class(es): MEMORYMB (a standard class "
+        "such as VCPU, MEMORY_MB, DISK_GB, or CUSTOM_...)"]
+    # A custom class may be made after start-up (by an agent, say): kept.
+    with ServerProcess(f"sqlite:///{tmp_path / 'y.db'}", log_path=tmp_path / "s.log",
+                       extra=["--class-weights", "CUSTOM_FPGA=3,VCPU=0"]) as s:
+        assert s.proc is not None and s.proc.poll() is None
 
 
 
