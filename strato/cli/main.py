@@ -193,38 +193,69 @@ def _check_child_options(advertise_url: str | None, scheme: str, host: str,
 
 
 _LOCK: Any = None  # the lock file of the SQLite database this process serves
+# Set once the port is bound and "serving" said: from then on the lock file
+# stays when the process ends (as it always has), else it goes if this
+# process made it (a --db naming a file that is not a database, say).
+_SERVING = False
 
 
 def _lock_sqlite(url: str) -> None:
     """One server per SQLite file: a second `strato serve` on the same file
     (two zones sharing a database by mistake) ends in one line (exit 1). The
-    lock is the kernel's (flock): it goes with the process, kill -9 too."""
+    lock is the kernel's (flock): it goes with the process, kill -9 too. A
+    lock file this process made is removed if it ends before serving."""
     global _LOCK
     if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
         return
+    import atexit
     import fcntl
 
     path = Path(url[len("sqlite:///"):]).expanduser().resolve()
     if not path.parent.is_dir():
         return  # _prepare_database says what is wrong
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    lock = os.fdopen(fd, "r+")  # held for the process's life
-    with contextlib.suppress(OSError):
-        if os.fstat(fd).st_uid == os.getuid():
-            os.fchmod(fd, 0o600)  # made by an earlier version: the pid is nobody else's
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock.seek(0)
-        holder = lock.read().strip() or "another process"
-        console.print(f"[red]{path} is already served[/] by {holder}: one strato serve per "
-                      "SQLite file (give each zone its own --db, or use PostgreSQL with "
-                      "--workers)", soft_wrap=True)
-        raise typer.Exit(1) from None
+    name = f"{path}.lock"
+    while True:
+        try:
+            fd, made = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), True
+        except FileExistsError:
+            fd, made = os.open(name, os.O_RDWR | os.O_CREAT, 0o600), False
+        lock = os.fdopen(fd, "r+")  # held for the process's life
+        with contextlib.suppress(OSError):
+            if os.fstat(fd).st_uid == os.getuid():
+                os.fchmod(fd, 0o600)  # made by an earlier version: the pid is nobody else's
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            lock.close()
+            console.print(f"[red]{path} is already served[/] by {holder}: one strato serve "
+                          "per SQLite file (give each zone its own --db, or use PostgreSQL "
+                          "with --workers)", soft_wrap=True)
+            raise typer.Exit(1) from None
+        try:
+            current = os.stat(name).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        # Removed, after we opened it, by a server that ended before serving:
+        # a lock on that file locks nothing; take the file there now.
+        lock.close()
     lock.truncate(0)
     lock.write(f"pid {os.getpid()}\n")
     lock.flush()
     _LOCK = lock
+    if made:
+        atexit.register(_drop_lock, name, lock)
+
+
+def _drop_lock(name: str, lock: Any) -> None:
+    """At exit: the lock file this process made goes, unless it served."""
+    if not _SERVING:
+        with contextlib.suppress(OSError):
+            os.unlink(name)  # (still locked: nobody takes the file being removed)
+        lock.close()
 
 
 def _owner_only(path: Path) -> None:
@@ -827,6 +858,8 @@ def _listen_and_serve(config: Any, serving: Callable[[int], str]) -> None:
     server = uvicorn.Server(config=config)
     sock = config.bind_socket()
     sock.listen(config.backlog)  # connections queue from now on (served once started)
+    global _SERVING
+    _SERVING = True
     console.print(serving(sock.getsockname()[1]))
     try:
         if config.workers > 1:

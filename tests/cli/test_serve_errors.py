@@ -79,6 +79,8 @@ def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
         assert "serving on" not in r.stdout + r.stderr
         # Not a zone's database: its mode is not the zone's to tighten.
         assert other.stat().st_mode & 0o777 == 0o644
+        # Nor anything left beside it (serve left notes.txt.lock).
+        assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"], args
 
 
 def test_a_taken_port_and_a_bad_parent(tmp_path: Path) -> None:
