@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import logging
 import logging.config
@@ -394,7 +395,27 @@ def _check_class_weights(weights: dict[str, float]) -> None:
                          + ", ".join(f"{rc}={w:g}" for rc, w in out.items()))
 
 
+INTERRUPTED = 130  # as a shell reports a command Ctrl-C stopped (128 + SIGINT)
+
+
+def _interruptible(command: Callable[..., None]) -> Callable[..., None]:
+    """Ctrl-C while `strato serve` starts (options checked, the schema
+    migrated, the application built, before uvicorn takes the signal) ends in
+    one line and exit 130; Typer's own handling exits 130 without a word. Once
+    serving, Ctrl-C is a graceful stop (uvicorn's), exit 0."""
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            command(*args, **kwargs)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/]: strato serve stopped before it was "
+                          "serving")
+            raise typer.Exit(INTERRUPTED) from None
+    return run
+
+
 @app.command(short_help="Run a zone server (one zone of a tree, or a zone alone).")
+@_interruptible
 def serve(
     ctx: typer.Context,
     config: str = typer.Option(None, "--config", envvar="STRATO_CONFIG",
@@ -1017,6 +1038,14 @@ def _name_list_metavars(command: Any) -> None:
 
 
 def main() -> None:
+    try:
+        _main_command()
+    except KeyboardInterrupt:  # (in a command, Typer exits 130 itself)
+        console.print("[yellow]interrupted[/]")
+        raise SystemExit(INTERRUPTED) from None
+
+
+def _main_command() -> None:
     group = typer.main.get_command(app)
     _name_list_metavars(group)
     args = sys.argv[1:]

@@ -234,3 +234,45 @@ def test_a_rejoin_shorter_than_a_parents_refresh_is_said() -> None:
     said = _rejoin_warning(3)
     assert said is not None and "--rejoin-after 3" in said and "register again" in said
     assert _rejoin_warning(15) is None and _rejoin_warning(60) is None
+
+
+def _serve_with_sigint(db: str) -> subprocess.Popen[str]:
+    import signal
+    # As from a terminal: SIGINT not ignored (a background job's would be).
+    return subprocess.Popen([sys.executable, "-m", "strato", "serve", "--port",
+                             str(free_port()), "--db", db],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "200"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    import signal
+    import sqlite3
+    import time
+
+    # While the modules load: a traceback of whatever was being imported.
+    proc = _serve_with_sigint(f"sqlite:///{tmp_path / 'a.db'}")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and "interrupted" in out and len(out.splitlines()) <= 2, out
+    # While the schema is migrated (the database held by another, so the
+    # start waits there): Typer's own handling said nothing.
+    held = sqlite3.connect(tmp_path / "b.db", isolation_level=None)
+    held.execute("CREATE TABLE t (a)")
+    held.execute("BEGIN EXCLUSIVE")
+    proc = _serve_with_sigint(f"sqlite:///{tmp_path / 'b.db'}")
+    assert proc.stdout is not None
+    try:
+        assert "development mode" in proc.stdout.readline()  # said just before
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+    finally:
+        held.rollback()
+        held.close()
+    rest = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, rest
+    assert rest.splitlines() == ["interrupted: strato serve stopped before it was serving"]
