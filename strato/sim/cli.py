@@ -75,6 +75,11 @@ def sim(
                                   "(--no-register: the server already has them)."),
     time_scale: float = typer.Option(60.0, help="strato-live: virtual seconds per wall "
                                      "second."),
+    timeout: float = typer.Option(60.0, "--timeout", callback=wire.check_timeout,
+                                  help="strato-live: seconds to wait for each answer of the "
+                                  "zone at --url (more than 0). A zone gives a schedule "
+                                  "request --request-timeout (30 s by default) and answers "
+                                  "503 past it, so the default hears that answer."),
     exact_time_limit: float = typer.Option(120.0, help="Seconds HiGHS may spend on the "
                                            "exact solution."),
     progress: bool = typer.Option(True, help="Show progress bars."),
@@ -107,7 +112,7 @@ def sim(
         sc = sc.scaled(providers=providers, requests=requests)
     policies = [p.strip() for p in compare.split(",") if p.strip()]
     opts = Options(seed=seed, db_url=db, live_url=url, live_token=token,
-                   live_register=register, time_scale=time_scale,
+                   live_register=register, live_timeout=timeout, time_scale=time_scale,
                    exact_time_limit=exact_time_limit)
     console.print(f"scenario {sc.name}: {sc.provider_count()} providers, "
                   f"{sc.workload.requests} requests, seed {seed}")
@@ -143,7 +148,7 @@ def sim(
                           f"refused[/]: {hints.http_error(r)}", soft_wrap=True)
             raise typer.Exit(1) from None
         except httpx.HTTPError as exc:
-            console.print(f"[red]strato-live: {hints.unreachable(url, exc, timeout_flag=None)}[/]",
+            console.print(f"[red]strato-live: {hints.unreachable(url, exc)}[/]",
                           soft_wrap=True)
             raise typer.Exit(3) from None
     _print(data)

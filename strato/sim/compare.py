@@ -37,6 +37,7 @@ class Options:
     live_url: str | None = None
     live_token: str = "admin"
     live_register: bool = True
+    live_timeout: float = 60.0  # seconds to wait for each answer of the live zone
     time_scale: float | None = None  # live mode: virtual seconds per wall second
     exact_time_limit: float = 120.0
 
@@ -65,7 +66,7 @@ def make_target(name: str, hosts: Sequence[HostSpec], model: ClusterModel,
         if not opts.live_url:
             raise ValueError("strato-live needs --url")
         return LiveTarget(opts.live_url, hosts, token=opts.live_token,
-                          register=opts.live_register)
+                          register=opts.live_register, timeout=opts.live_timeout)
     if name == "exact":
         assert exact is not None
         return ExactTarget(exact, model)

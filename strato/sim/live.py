@@ -35,7 +35,10 @@ class LiveRefused(RuntimeError):
 class LiveTarget:
     def __init__(self, url: str, hosts: Sequence[HostSpec], *, token: str = "admin",
                  register: bool = True, name: str = "strato-live",
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 60.0) -> None:
+        """`timeout`: seconds to wait for each answer (`strato sim --timeout`;
+        more than a zone's own 30 s budget for a schedule request, so that
+        its answer, 503 when it ran out, is heard)."""
         self.name = name
         self.hosts = list(hosts)
         self.http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers={

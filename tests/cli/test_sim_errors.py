@@ -119,3 +119,26 @@ def test_a_count_or_scale_of_nothing_is_refused(args: list[str], needle: str) ->
     result = invoke("sim", SMALL, *args, "--no-progress")
     assert result.exit_code == 2, result.output
     assert needle in result.output and "Traceback" not in result.output, result.output
+
+
+def test_live_mode_waits_timeout_seconds_for_a_zone_that_does_not_answer() -> None:
+    """It waited a fixed 30 s, less than a zone may take to answer a schedule
+    request (its --request-timeout, 30 s); now --timeout, 60 s by default."""
+    import socket
+    import time
+
+    with socket.socket() as silent:  # accepts, reads nothing, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        result = invoke("sim", SMALL, "--compare", "strato-live", "--url", url,
+                        "--timeout", "1.5", "--no-progress")
+        took = time.monotonic() - started
+    assert result.exit_code == 3, result.output
+    out = " ".join(result.output.split())
+    assert f"strato-live: {url} did not answer in time" in out, out
+    assert "a busy zone may need longer: --timeout SECONDS" in out, out
+    assert 1.5 <= took < 15, took
+    result = invoke("sim", SMALL, "--compare", "strato-live", "--url", url, "--timeout", "0")
+    assert result.exit_code == 2 and "more than 0" in result.output, result.output
