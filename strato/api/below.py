@@ -36,12 +36,14 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from strato.api import deps, microversion
+from strato.api.body import validate
 from strato.api.middleware import replay_body
 from strato.api.query import capped_int
 from strato.api.responses import (
@@ -53,6 +55,7 @@ from strato.api.responses import (
 )
 from strato.api.routes import allocations as allocation_routes
 from strato.api.routes import reshaper as reshaper_routes
+from strato.api.routes import resource_providers as provider_routes
 from strato.model import errors
 from strato.store import allocations, providers
 from strato.zone import split, subtree, writes
@@ -194,7 +197,8 @@ class ProvidersBelow:
                 await _refusal(exc, scope)(scope, receive, send)
                 return
             renamed = _parsed_or_none(body)
-            new_name = renamed.get("name") if isinstance(renamed, dict) else None
+            new_name = (renamed.get("name") if isinstance(renamed, dict)
+                        and _valid_here(scope, _update_model(scope), renamed) else None)
         # One create or rename of a name at a time through this zone, from
         # the look for it in the tree to the write.
         async with self._name_locks.hold([f"name:{new_name}"] if isinstance(new_name, str)
@@ -277,7 +281,10 @@ class ProvidersBelow:
             body = _json_body(scope, raw)
         except errors.StratoError:
             body = None  # this zone's route says what is wrong with it
-        if not isinstance(body, dict):
+        if not isinstance(body, dict) or not body.get("name") or not _valid_here(
+                scope, _create_model(scope), body):
+            # This zone's route says what is wrong with it, before any look
+            # below (a 409 or a 503 for a body Placement refuses: 400).
             await self.app(scope, replay_body(raw, receive), send)
             return
         keys = [f"{k}:{body.get(k)}" for k in ("name", "uuid") if isinstance(body.get(k), str)]
@@ -1101,3 +1108,29 @@ async def _replay(status: int, headers: list[tuple[bytes, bytes]], body: bytes,
                   scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _version_of(scope: Scope) -> microversion.Version:
+    found = scope.get(microversion.SCOPE_KEY)
+    return found if isinstance(found, microversion.Version) else microversion.MIN_VERSION
+
+
+def _create_model(scope: Scope) -> type[BaseModel]:
+    """The body of POST /resource_providers at this request's microversion."""
+    return (provider_routes.CreateProvider if _version_of(scope) >= microversion.V1_14
+            else provider_routes.CreateProviderV1_0)
+
+
+def _update_model(scope: Scope) -> type[BaseModel]:
+    """The body of PUT /resource_providers/{uuid} at this request's microversion."""
+    return (provider_routes.UpdateProvider if _version_of(scope) >= microversion.V1_14
+            else provider_routes.UpdateProviderV1_0)
+
+
+def _valid_here(scope: Scope, model: type[BaseModel], body: Any) -> bool:
+    """Whether this zone's route would take `body` as `model` (its schema)."""
+    try:
+        validate(model, body)
+    except errors.StratoError:
+        return False
+    return True

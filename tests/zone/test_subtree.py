@@ -1041,3 +1041,43 @@ def test_a_write_sent_below_is_counted_under_its_route(tmp_path: Path) -> None:
         assert value(text, "strato_http_requests_total", method="PUT",
                      route="/resource_providers/{uuid}/traits", status=str(r.status_code)) == 1
     run(tmp_path, scenario)
+
+
+def test_a_provider_body_the_root_refuses_is_a_400_before_any_look_below(tmp_path: Path
+                                                                         ) -> None:
+    """A create or rename at the root whose body Placement's schema refuses was
+    looked for below first: a name taken in a cell made it a 409, and a cell
+    down a 503 "retry", for a request no retry could make right."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        v = {V: "placement 1.20"}
+        h = (await tree.client("dfw").get("/resource_providers?name=dfw-h0")).json()[
+            "resource_providers"][0]
+        bad = ({"name": "dfw-h0", "uuid": "not-a-uuid"},
+               {"name": "dfw-h0", "parent_provider_uuid": "nope"},
+               {"name": "dfw-h0", "colour": "blue"},
+               {"name": "dfw-h0", "uuid": None})
+        for body in bad:
+            r = await root.post("/resource_providers", json=body, headers=v)
+            assert r.status_code == 400, (body, r.text)
+            assert "JSON does not validate" in r.text, r.text
+        r = await root.put(f"/resource_providers/{h['uuid']}", headers=v,
+                           json={"name": "ord-h1", "parent_provider_uuid": "nope"})
+        assert r.status_code == 400, r.text
+        tree.kill("ord")
+        for body in bad:
+            r = await root.post("/resource_providers", json={**body, "name": "brand-new"},
+                                headers=v)
+            assert r.status_code == 400, (body, r.text)
+        r = await root.put(f"/resource_providers/{h['uuid']}", headers=v,
+                           json={"name": "renamed", "parent_provider_uuid": "nope"})
+        assert r.status_code == 400, r.text
+        # Nothing was made or renamed.
+        r = await tree.client("dfw").get(f"/resource_providers/{h['uuid']}")
+        assert r.json()["name"] == "dfw-h0"
+        r = await tree.client("dfw").get("/resource_providers?name=brand-new")
+        assert r.json()["resource_providers"] == []
+        tree.revive("ord")
+        r = await root.get("/resource_providers?name=brand-new", headers=v)
+        assert r.status_code == 200 and r.json()["resource_providers"] == [], r.text
+    run(tmp_path, scenario)
