@@ -33,6 +33,9 @@ db_app = typer.Typer(help="Database schema management.", no_args_is_help=True,
                      rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 console = consoles.console(stderr=True)
+# Its lines (what is wrong, what to do) are one line each however long: a
+# path or URL in them is not cut at the terminal's width.
+console.soft_wrap = True
 
 
 def _version(value: bool) -> None:
@@ -314,7 +317,8 @@ def _prepare_database(url: str, create: bool) -> str | None:
                 console.print(f"created database {name!r}")
             else:
                 first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-                console.print(f"[red]cannot use the database[/] {_redact(url)}: {first}")
+                console.print(f"[red]cannot use the database[/] {_redact(url)}: "
+                              f"{escape(first)}")
                 raise typer.Exit(1) from None
         except sa.exc.DatabaseError as exc:
             # (not OperationalError: a file that is not a SQLite database, say)

@@ -276,3 +276,20 @@ def test_ctrl_c_while_starting_is_one_line_and_exit_130(tmp_path: Path) -> None:
     rest = proc.communicate(timeout=60)[0]
     assert proc.returncode == 130, rest
     assert rest.splitlines() == ["interrupted: strato serve stopped before it was serving"]
+
+
+def test_a_long_reason_is_one_line_in_a_narrow_terminal(tmp_path: Path) -> None:
+    """"one line" whatever the width: a long path was cut at 80 columns."""
+    deep = tmp_path / ("a-rather-long-directory-name-" * 4) / "missing" / "zone.db"
+    r = subprocess.run([sys.executable, "-m", "strato", "serve", "--port", str(free_port()),
+                        "--db", f"sqlite:///{deep}"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("development mode"), r.stderr
+    assert lines[1].startswith("cannot use sqlite:///"), r.stderr
+    assert lines[1].endswith("with a writable path"), r.stderr
+    r = subprocess.run([sys.executable, "-m", "strato", "db", "upgrade", "--db",
+                        f"sqlite:///{deep}"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
