@@ -152,7 +152,8 @@ def effective(command: Command, from_file: Mapping[str, Any],
     """(option, value, source, environment variable) for every setting of
     `command`, as `strato serve` would resolve them without flags: the value
     as the option takes it (a number, true or false, a list; None for unset),
-    secrets masked. ConfigError names a variable `strato serve` would refuse."""
+    secrets masked. ConfigError names a variable of the wrong type or out of
+    its option's range (what a value means is checked by `strato serve`)."""
     rows = []
     for name, p in sorted(options(command).items()):
         if name in ("config", "help"):
