@@ -144,8 +144,13 @@ def sim(
         except LiveRefused as exc:
             # strato-live: the zone at --url answered, and refused.
             r = exc.response
+            more = ""
+            if r.status_code == 409 and r.request.url.path == "/resource_providers":
+                # (the scenario's hosts have fixed uuids: a second run finds them)
+                more = escape("; the zone has the scenario's providers already (an earlier "
+                              "run): --no-register uses them, or start a fresh zone")
             console.print(f"[red]strato-live: {r.request.method} {r.request.url.path} at {url} "
-                          f"refused[/]: {hints.http_error(r)}", soft_wrap=True)
+                          f"refused[/]: {hints.http_error(r)}{more}", soft_wrap=True)
             raise typer.Exit(1) from None
         except httpx.HTTPError as exc:
             console.print(f"[red]strato-live: {hints.unreachable(url, exc)}[/]",

@@ -41,6 +41,10 @@ class LiveTarget:
         its answer, 503 when it ran out, is heard)."""
         self.name = name
         self.hosts = list(hosts)
+        # Consumers placed and not yet released: released at close(), so that
+        # the zone is left as it was found (a run again, --no-register and
+        # the same seed, found the last one's consumers holding room).
+        self.held: set[str] = set()
         self.http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers={
             "X-Auth-Token": token, "OpenStack-API-Version": MICROVERSION})
         if register:
@@ -73,7 +77,9 @@ class LiveTarget:
     def schedule(self, request: SimRequest) -> Outcome:
         r = self.http.post("/strato/v1/schedule", json=schedule_body(request))
         if r.status_code == 200:
-            return outcome_from_answer(r.json())
+            outcome = outcome_from_answer(r.json())
+            self.held.update(p.consumer for p in outcome.placements)
+            return outcome
         body = r.json() if r.content else {}
         if r.status_code == 409 and "explain" in body:
             return Outcome(reason=reason_from_explain(body["explain"]),
@@ -86,6 +92,7 @@ class LiveTarget:
             r = self.http.delete(f"/allocations/{c}")
             if r.status_code not in (204, 404):
                 raise RuntimeError(f"DELETE /allocations/{c}: {r.status_code} {r.text}")
+            self.held.discard(c)
 
     def snapshot_for_invariants(self) -> list[StoreSnapshot]:
         snap = StoreSnapshot(zone=self.name)
@@ -102,4 +109,12 @@ class LiveTarget:
         return [snap]
 
     def close(self) -> None:
+        """Release what the run still holds (best effort: a zone that stopped
+        answering keeps it), then close the connection."""
+        try:
+            for c in sorted(self.held):
+                self.http.delete(f"/allocations/{c}")
+        except httpx.HTTPError:
+            pass
+        self.held.clear()
         self.http.close()

@@ -142,3 +142,20 @@ def test_live_mode_waits_timeout_seconds_for_a_zone_that_does_not_answer() -> No
     assert 1.5 <= took < 15, took
     result = invoke("sim", SMALL, "--compare", "strato-live", "--url", url, "--timeout", "0")
     assert result.exit_code == 2 and "more than 0" in result.output, result.output
+
+
+@pytest.mark.slow
+def test_live_mode_run_twice_on_one_zone_says_no_register(server: ServerProcess  # noqa: F811
+                                                          ) -> None:
+    """The scenario's hosts have fixed uuids: a second run's registration is
+    a 409, which said nothing of --no-register."""
+    args = ["sim", SMALL, "--compare", "strato-live", "--url", server.url, "--token", "s3cret",
+            "--requests", "0.05", "--time-scale", "100000", "--no-progress"]
+    first = invoke(*args)
+    assert first.exit_code == 0, first.output
+    again = invoke(*args)
+    assert again.exit_code == 1, again.output
+    out = " ".join(again.output.split())
+    assert "HTTP 409" in out and "--no-register uses them" in out, out
+    third = invoke(*args[:-1], "--no-register", "--no-progress")
+    assert third.exit_code == 0, third.output
