@@ -254,7 +254,7 @@ class StratoJson:
             return
         body, cut = await read_body(receive)
         media = _media(scope)
-        fault = None if cut is not None else non_finite(body)
+        fault = None if cut is not None else non_finite(body) or too_deep(body)
         nul = None if cut is not None or _NUL not in body else _nul_in(body)
         if body and cut is None and not _is_json(media):
             status, title, detail = 415, "Unsupported Media Type", unsupported_media(media)
@@ -271,6 +271,33 @@ class StratoJson:
         response = error_response(status, title, detail, errors.DEFAULT,
                                   rid if isinstance(rid, str) else None, accept=accept)
         await response(scope, receive, send)
+
+
+# No /strato/v1 body nests half as deep (a schedule request: 5 levels).
+MAX_DEPTH = 64
+
+
+def too_deep(raw: bytes) -> str | None:
+    """Why `raw` is refused if its arrays and objects nest deeper than
+    MAX_DEPTH: FastAPI's parser runs out of stack near 1,000 levels and
+    answers "There was an error parsing the body", saying nothing of why."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return None  # (cheap: most bodies stop here)
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return f"Malformed JSON: {exc}" if "depth" in str(exc) else None  # else: the route
+    level, todo = 0, [(doc, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict | list):
+            level = max(level, depth)
+            if level > MAX_DEPTH:
+                return (f"Malformed JSON: nested deeper than {MAX_DEPTH} levels (no request "
+                        "is)")
+            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                 else item))
+    return None
 
 
 def _nul_in(raw: bytes) -> str | None:

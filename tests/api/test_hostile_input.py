@@ -582,3 +582,21 @@ def test_a_body_cut_short_says_where_and_why(client: TestClient, path: str) -> N
     assert r.status_code == 400, r.text
     detail = r.json()["errors"][0]["detail"]
     assert "JSON" in detail and "character" in detail and "body.40" not in detail, detail
+
+
+@pytest.mark.parametrize("depth", [100, 990, 5000])
+@pytest.mark.parametrize("path", ["/strato/v1/schedule", "/strato/v1/explain",
+                                  "/strato/v1/children"])
+def test_a_strato_body_nested_too_deep_says_so(client: TestClient, path: str,
+                                               depth: int) -> None:
+    """Near 1,000 levels FastAPI's parser ran out of stack: "There was an error
+    parsing the body", which said nothing of why."""
+    body = b'{"groups": ' + b"[" * depth + b"]" * depth + b"}"
+    r = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["errors"][0]["detail"].startswith("Malformed JSON:"), r.text
+    assert "nested deeper than 64" in r.text or "depth limit" in r.text, r.text
+    # A body of many shallow arrays is read as it was.
+    wide = json.dumps({"consumers": [[]] * 100}).encode()
+    r = client.post(path, content=wide, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "Malformed" not in r.text, r.text
