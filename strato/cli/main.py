@@ -281,6 +281,29 @@ def _owner_only(path: Path) -> None:
             pass  # not ours to change: the operator's choice
 
 
+def _interruptibly(work: Callable[..., Any], *args: Any) -> Any:
+    """`work(*args)` in a thread of its own, this (main) thread waiting for it
+    in short joins: Ctrl-C is seen at once, where SQLite's wait for a database
+    another process holds (up to 60 s) kept it from Python until it ended."""
+    import threading
+
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["value"] = work(*args)
+        except BaseException as exc:  # (typer.Exit too: raised here, below)
+            done["error"] = exc
+
+    worker = threading.Thread(target=run, name="strato-start", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if "error" in done:
+        raise done["error"]
+    return done.get("value")
+
+
 def _prepare_database(url: str, create: bool) -> str | None:
     """Migrate the schema; the revision it had before (None: an empty
     database). A database that cannot be used ends in one line saying what to
@@ -787,7 +810,7 @@ def serve(
     _check_port(host, port)
     # Migrate once, before workers start, so they do not race on it.
     _lock_sqlite(url)
-    _prepare_database(url, create_db)
+    _interruptibly(_prepare_database, url, create_db)
     if log_format not in logs.FORMATS:
         console.print(f"[red]invalid --log-format[/]: {log_format} (text or json)")
         raise typer.Exit(2)
