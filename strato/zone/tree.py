@@ -1526,8 +1526,11 @@ class ZoneTree:
             # No child takes it whole: divide it among several (zone/split.py),
             # this zone's own providers among them.
             own = await self.own_child() if local and await self.has_providers() else None
-            answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ, own,
-                                                 even=even)
+            if divide or own is not None or len(kids) > 1:
+                # (One child that refused it whole would refuse it divided:
+                # its answer is the answer, said once.)
+                answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ,
+                                                     own, even=even)
         elif answer is not None and not req.atomic and answer.get("unplaced"):
             answer = await self._place_rest(req, kids, answer, outcomes, attempt, occ,
                                             own=local)
@@ -1657,9 +1660,11 @@ class ZoneTree:
         if kids is None:
             kids = await self.children()
         answer = None
-        if not split.must_split(req, kids):
+        divide = split.must_split(req, kids)
+        if not divide:
             answer = await self._decide(req, kids, outcomes, attempt, local=False)
-        if answer is None and len(req.consumers) > 1 and not outage(outcomes):
+        if (answer is None and len(req.consumers) > 1 and not outage(outcomes)
+                and (divide or len(kids) > 1)):
             answer = await split.schedule_across(self, req, kids, outcomes, attempt, occ)
         elif answer is not None and not req.atomic and answer.get("unplaced"):
             answer = await self._place_rest(req, kids, answer, outcomes, attempt, occ,

@@ -1294,3 +1294,26 @@ def test_a_spread_below_the_cells_is_kept_over_every_cells_domains(tmp_path: Pat
                     assert r.status_code == 204, r.text
         assert await used(tree, "dfw") == 0 and await used(tree, "ord") == 0
     run(tmp_path, scenario, hosts=2)
+
+
+def test_a_single_child_that_refuses_is_not_asked_again_as_a_division(tmp_path: Path
+                                                                       ) -> None:
+    """A chain (global -> dfw -> cell): three instances of a hard rack
+    anti-affinity on two racks. Each routing zone divided the request among
+    its one child after the child refused it whole, so the refusal said
+    "(divided among children)" once per level; the child's reason is the
+    answer, said once."""
+    zones = [ZoneSpec("global"), ZoneSpec("dfw", parent="global", location_prefix="dfw"),
+             ZoneSpec("cell", parent="dfw", location_prefix="dfw")]
+
+    async def scenario(tree: InProcessTree) -> None:
+        body = req(3, vcpu=1, group="web",
+                   constraints=[{"type": "anti_affinity", "level": "rack"}])
+        for zone in ("global", "dfw"):
+            r = await tree.client(zone).post("/strato/v1/schedule", json=body)
+            assert r.status_code == 409, r.text
+            detail = r.json()["errors"][0]["detail"]
+            assert "divided among children" not in detail, detail
+            assert detail.count("3 instances need 3 racks apart") == 1, detail
+        assert await used(tree, "cell") == 0
+    run(tmp_path, scenario, zones=zones, hosts=4)
