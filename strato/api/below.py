@@ -31,7 +31,7 @@ import asyncio
 import json
 import re
 import uuid as uuidlib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -639,8 +639,12 @@ class ProvidersBelow:
                 await _replay(status, headers, answer, scope, receive, send)
                 return
             target = None if here or owner.child is None else owner.child.name
+
+            def zone_of(rp: str) -> str:
+                return ("this zone" if rp in here or rp.lower() in here
+                        else f"zone {self.owners.get(rp.lower())}")
             async with self._consumer_locks.hold([c.consumer_uuid for c in claims]):
-                await self._refuse_elsewhere(claims, target)
+                await self._refuse_elsewhere(claims, target, zone_of=zone_of)
                 if target is None:
                     await self._across(scope, body, here)
                     await Response(status_code=204)(scope, receive, send)
@@ -658,7 +662,8 @@ class ProvidersBelow:
         await _answer(reply, scope, receive, send)
 
     async def _refuse_elsewhere(self, claims: list[allocations.ConsumerClaim],
-                                target: str | None, *, here_ok: bool = False) -> None:
+                                target: str | None, *, here_ok: bool = False,
+                                zone_of: Callable[[str], str] | None = None) -> None:
         """Refuse a write that would leave a consumer allocated in two zones:
         one that has allocations in another zone than `target` (the child the
         write goes to; None: a write across zones, which makes new consumers
@@ -674,7 +679,11 @@ class ProvidersBelow:
         `here_ok`: the write is made here, so a consumer of this zone is
         changed where it is (its generation checked by this zone's route),
         unless it has allocations below too (written across zones): those
-        would be left behind."""
+        would be left behind. Every consumer's generation is checked before
+        any 400, and the 400 names every existing consumer the write cannot
+        change and the zone that holds it (`zone_of`: a provider's zone, as
+        the message names it)."""
+        held: list[tuple[allocations.ConsumerClaim, str]] = []
         for claim in claims:
             if not claim.allocations:
                 continue  # a release: made where the consumer is
@@ -720,10 +729,9 @@ class ProvidersBelow:
                     + (": a new consumer (consumer_generation null) must not exist)"
                        if claim.generation is None else ")"),
                     errors.CONCURRENT_UPDATE)
-            raise errors.BadRequest(
-                f"consumer {c} has its allocations in {where}: an existing consumer is "
-                "changed where it is (remove its allocations there first to place it "
-                "elsewhere)")
+            held.append((claim, where))
+        if held:
+            raise errors.BadRequest(_held_elsewhere(held, claims, zone_of))
 
     async def _across(self, scope: Scope, body: Any, here: set[str]) -> None:
         """A write naming providers of several zones (this one's and its
@@ -977,6 +985,38 @@ def _incomplete(missing: list[str]) -> tuple[bytes, bytes]:
         kept = value[:MAX_INCOMPLETE_CHARS].rsplit(", ", 1)[0]
         value = f"{kept}, ... ({len(missing) - kept.count(', ') - 1} more)"
     return INCOMPLETE.encode(), value.encode("latin-1", "replace")
+
+
+# A 400 that names held consumers names at most this many.
+NAMED_AT_MOST = 10
+
+
+def _held_elsewhere(held: list[tuple[allocations.ConsumerClaim, str]],
+                    claims: list[allocations.ConsumerClaim],
+                    zone_of: Callable[[str], str] | None) -> str:
+    """Why a write cannot change these existing consumers (each with the
+    zones that hold it), for the 400: one it would move to another zone,
+    else a write that changes existing consumers while naming providers of
+    several zones (it cannot be made all or nothing: see zone/writes.py)."""
+    def zones(claim: allocations.ConsumerClaim) -> list[str]:
+        return sorted({zone_of(rp) for rp in claim.allocations}) if zone_of else []
+    for claim, where in held:
+        new = zones(claim)
+        if new != [where]:
+            gives = f"; this write gives it allocations in {' and '.join(new)}" if new else ""
+            return (f"consumer {claim.consumer_uuid} has its allocations in {where}{gives}: "
+                    "an existing consumer is changed where it is, not moved to another "
+                    "zone (remove its allocations there first, then write it anew)")
+    named = sorted({z for c in claims for z in zones(c)})
+    listed = ", ".join(f"{c.consumer_uuid} in {w}" for c, w in held[:NAMED_AT_MOST])
+    if len(held) > NAMED_AT_MOST:
+        listed += f" and {len(held) - NAMED_AT_MOST} more"
+    return (f"this write names providers of {' and '.join(named)} and changes existing "
+            f"consumers ({listed}): a write across zones is made all or nothing by holding "
+            "new allocations in each zone, which is done for new consumers only "
+            "(consumer_generation null); existing consumers are changed by a write to "
+            "the one zone that holds them. Send one POST /allocations per zone, each "
+            "naming the providers of one zone")
 
 
 class _Local(Exception):

@@ -432,6 +432,58 @@ def test_a_consumer_is_never_given_allocations_in_two_cells(tmp_path: Path) -> N
     run(tmp_path, scenario)
 
 
+def test_a_post_changing_existing_consumers_of_two_cells_says_why_it_is_refused(
+        tmp_path: Path) -> None:
+    """POST /allocations at the root that changes a consumer of dfw on dfw and
+    one of ord on ord (each where it is) cannot be made all or nothing across
+    the cells: the 400 names every such consumer and its cell and says to
+    send one POST per zone (it said to remove the allocations to place the
+    consumer elsewhere, which the write did not ask). Nothing is changed; a
+    stale generation among them is still Placement's 409 first."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        h = {V: "placement 1.28"}
+        d, o = await _uuid_of(root, "dfw-h0"), await _uuid_of(root, "ord-h0")
+        a, b, new = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
+        assert (await _put_vcpu(root, a, d, None)).status_code == 204
+        assert (await _put_vcpu(root, b, o, None)).status_code == 204
+
+        def change(rp: str, gen: int | None) -> dict[str, Any]:
+            return {"allocations": {rp: {"resources": {"VCPU": 2}}}, "project_id": "p",
+                    "user_id": "u", "consumer_generation": gen}
+        r = await root.post("/allocations", headers=h,
+                            json={a: change(d, 1), b: change(o, 1)})
+        assert r.status_code == 400, r.text
+        detail = r.json()["errors"][0]["detail"]
+        assert f"{a} in zone dfw" in detail and f"{b} in zone ord" in detail, detail
+        assert "one POST /allocations per zone" in detail, detail
+        assert "elsewhere" not in detail and "moved" not in detail, detail
+        # An existing consumer beside a new one in the other cell: the same.
+        r = await root.post("/allocations", headers=h,
+                            json={a: change(d, 1), new: change(o, None)})
+        assert r.status_code == 400 and f"{a} in zone dfw" in r.text, r.text
+        assert "one POST /allocations per zone" in r.text, r.text
+        # A stale generation is a 409 before any 400, as Placement checks it.
+        r = await root.post("/allocations", headers=h,
+                            json={a: change(d, 1), b: change(o, 7)})
+        assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
+        assert "consumer generation conflict" in r.text
+        # One that would move to the other cell is named as a move.
+        r = await root.post("/allocations", headers=h,
+                            json={a: change(o, 1), new: change(d, None)})
+        assert r.status_code == 400, r.text
+        assert "has its allocations in zone dfw; this write gives it allocations in " \
+            "zone ord" in r.text, r.text
+        assert await used(tree, "dfw") == 1 and await used(tree, "ord") == 1
+        # One POST per cell works.
+        for c, rp in ((a, d), (b, o)):
+            r = await root.post("/allocations", headers=h, json={c: change(rp, 1)})
+            assert r.status_code == 204, r.text
+        assert await used(tree, "dfw") == 2 and await used(tree, "ord") == 2
+    run(tmp_path, scenario)
+
+
 def test_a_consumer_of_a_cell_is_not_given_allocations_at_the_root_too(tmp_path: Path
                                                                        ) -> None:
     """A write naming only the root's own providers, for a consumer that has
