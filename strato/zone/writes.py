@@ -20,7 +20,9 @@ A crash or partition at any step leaves no half-made write: an unanswered
 write's ledger entry passes its deadline and recovery undoes every part;
 held parts that are never confirmed are released after the TTL anyway.
 
-Limits, each a clear 400: one consumer's allocations are on this zone's own
+Limits, each a clear 400: a consumer emptied in the same write (a swap of
+allocations between consumers, as Nova's moves make) cannot be undone
+from a hold, so it is refused; one consumer's allocations are on this zone's own
 providers and those of at most one zone below (a child's, or deeper: the
 child claims them where they are and answers with the path; so `GET` and
 `DELETE /allocations/{consumer}` at this zone find all of it), and it is
@@ -67,11 +69,19 @@ def parts_of(claims: Sequence[store.ConsumerClaim], owner: Mapping[str, str],
     """Each zone's share of `claims` (`owner`: provider uuid -> LOCAL or the
     child whose subtree has it), one claim message per zone and owner."""
     grouped: dict[tuple[str, str, str, str | None], list[dict[str, Any]]] = defaultdict(list)
+    zones = sorted({"this zone" if z == LOCAL else f"zone {z}"
+                    for c in claims for z in (owner[rp] for rp in c.allocations)})
     for c in claims:
         if not c.allocations:
             raise errors.BadRequest(
-                f"consumer {c.consumer_uuid}: removing allocations cannot be combined with "
-                "a write that spans zones; remove them in a write of their own")
+                f"consumer {c.consumer_uuid}: emptying a consumer cannot be combined with a "
+                f"write that names providers of several zones ({' and '.join(zones)}): such "
+                "a write is made all or nothing by holding new allocations in each zone, and "
+                "removed ones cannot be held. So moving allocations that span zones to "
+                "another consumer (Nova's swap to a migration consumer for a resize or "
+                "migration, and back on a revert) is refused, with nothing changed; remove "
+                "them in a write of their own (not atomic with the other), or keep a "
+                "consumer's providers in one zone (docs/api.md)")
         if isinstance(c.generation, int):
             raise errors.BadRequest(
                 f"consumer {c.consumer_uuid}: an existing consumer's allocations are changed "

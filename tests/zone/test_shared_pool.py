@@ -416,3 +416,37 @@ def test_a_post_that_empties_a_consumer_on_a_pool_and_a_cell_is_refused_whole(
         assert not await allocations(tree, "c1", c)
         assert not await allocations(tree, "global", c)
     run(tmp_path, scenario)
+
+
+def test_nova_s_swap_to_a_migration_consumer_across_a_pool_and_a_cell_says_why(
+        tmp_path: Path) -> None:
+    """Nova's move_allocations (resize, migrate) of an instance on the root's
+    pool and a cell's host, as Nova sends it at 1.28: a 400 that says a swap
+    of allocations spanning zones is refused and why (it said only that
+    removing allocations cannot be combined with such a write); nothing
+    changed: the instance keeps both parts, the migration has none."""
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root = tree.client("global")
+        h = {"openstack-api-version": "placement 1.28"}
+        host = (await root.get("/resource_providers?name=c1-h0")).json()[
+            "resource_providers"][0]["uuid"]
+        inst, mig = str(uuid.uuid4()), str(uuid.uuid4())
+        r = await root.put(f"/allocations/{inst}", headers=h, json={
+            "allocations": {pool: {"resources": {"DISK_GB": 10}},
+                            host: {"resources": {"VCPU": 2}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": None})
+        assert r.status_code == 204, r.text
+        src = (await root.get(f"/allocations/{inst}", headers=h)).json()
+        r = await root.post("/allocations", headers=h, json={
+            inst: {"allocations": {}, "project_id": "p", "user_id": "u",
+                   "consumer_generation": src["consumer_generation"]},
+            mig: {"allocations": src["allocations"], "project_id": "p", "user_id": "u",
+                  "consumer_generation": None}})
+        assert r.status_code == 400, r.text
+        detail = r.json()["errors"][0]["detail"]
+        assert f"consumer {inst}: emptying a consumer" in detail, detail
+        assert "this zone and zone c1" in detail and "migration consumer" in detail, detail
+        assert await allocations(tree, "c1", inst) and await allocations(tree, "global", inst)
+        assert not await allocations(tree, "c1", mig)
+        assert not await allocations(tree, "global", mig)
+    run(tmp_path, scenario)
