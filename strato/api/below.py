@@ -683,7 +683,7 @@ class ProvidersBelow:
         any 400, and the 400 names every existing consumer the write cannot
         change and the zone that holds it (`zone_of`: a provider's zone, as
         the message names it)."""
-        held: list[tuple[allocations.ConsumerClaim, str]] = []
+        held: list[tuple[allocations.ConsumerClaim, list[str]]] = []
         for claim in claims:
             if not claim.allocations:
                 continue  # a release: made where the consumer is
@@ -700,7 +700,11 @@ class ProvidersBelow:
                         continue
                     where = f"this zone and zone {below}"
                 else:
-                    where = "this zone"
+                    try:
+                        below = await self._below_too(c)
+                    except errors.ServiceUnavailable:
+                        below = None  # named as this zone's: refused all the same
+                    where = "this zone" if below is None else f"this zone and zone {below}"
             else:
                 try:
                     found = await subtree.find_consumer(self.state.tree, c)
@@ -729,7 +733,7 @@ class ProvidersBelow:
                     + (": a new consumer (consumer_generation null) must not exist)"
                        if claim.generation is None else ")"),
                     errors.CONCURRENT_UPDATE)
-            held.append((claim, where))
+            held.append((claim, where.split(" and ")))
         if held:
             raise errors.BadRequest(_held_elsewhere(held, claims, zone_of))
 
@@ -991,7 +995,7 @@ def _incomplete(missing: list[str]) -> tuple[bytes, bytes]:
 NAMED_AT_MOST = 10
 
 
-def _held_elsewhere(held: list[tuple[allocations.ConsumerClaim, str]],
+def _held_elsewhere(held: list[tuple[allocations.ConsumerClaim, list[str]]],
                     claims: list[allocations.ConsumerClaim],
                     zone_of: Callable[[str], str] | None) -> str:
     """Why a write cannot change these existing consumers (each with the
@@ -1002,21 +1006,27 @@ def _held_elsewhere(held: list[tuple[allocations.ConsumerClaim, str]],
         return sorted({zone_of(rp) for rp in claim.allocations}) if zone_of else []
     for claim, where in held:
         new = zones(claim)
-        if new != [where]:
+        if not new or not set(new) <= set(where):
             gives = f"; this write gives it allocations in {' and '.join(new)}" if new else ""
-            return (f"consumer {claim.consumer_uuid} has its allocations in {where}{gives}: "
-                    "an existing consumer is changed where it is, not moved to another "
-                    "zone (remove its allocations there first, then write it anew)")
+            return (f"consumer {claim.consumer_uuid} has its allocations in "
+                    f"{' and '.join(where)}{gives}: an existing consumer is changed where it "
+                    "is, not moved to another zone (remove its allocations there first, then "
+                    "write it anew)")
     named = sorted({z for c in claims for z in zones(c)})
-    listed = ", ".join(f"{c.consumer_uuid} in {w}" for c, w in held[:NAMED_AT_MOST])
+    listed = ", ".join(f"{c.consumer_uuid} in {' and '.join(w)}"
+                       for c, w in held[:NAMED_AT_MOST])
     if len(held) > NAMED_AT_MOST:
         listed += f" and {len(held) - NAMED_AT_MOST} more"
+    spanning = any(len(w) > 1 for _, w in held)
     return (f"this write names providers of {' and '.join(named)} and changes existing "
             f"consumers ({listed}): a write across zones is made all or nothing by holding "
             "new allocations in each zone, which is done for new consumers only "
-            "(consumer_generation null); existing consumers are changed by a write to "
-            "the one zone that holds them. Send one POST /allocations per zone, each "
-            "naming the providers of one zone")
+            "(consumer_generation null); an existing consumer is changed by a write naming "
+            "the providers of the one zone that holds it. Send one POST /allocations per "
+            "zone, each naming the providers of one zone"
+            + ("; a consumer whose allocations span zones (a pool here and a host below) "
+               "cannot be changed, only removed (DELETE /allocations/{consumer}) and written "
+               "anew" if spanning else ""))
 
 
 class _Local(Exception):

@@ -450,3 +450,39 @@ def test_nova_s_swap_to_a_migration_consumer_across_a_pool_and_a_cell_says_why(
         assert not await allocations(tree, "c1", mig)
         assert not await allocations(tree, "global", mig)
     run(tmp_path, scenario)
+
+
+def test_changing_a_consumer_on_a_pool_and_a_cell_says_it_spans_zones(
+        tmp_path: Path) -> None:
+    """Nova's evacuation claim (the instance's allocations on the pool and
+    its host, plus the new host, with its generation) for a consumer on the
+    root's pool and a cell's host: a 400 naming both zones that hold it and
+    saying such a consumer is removed and written anew, not changed (it
+    said the consumer was in this zone only and to place it elsewhere)."""
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root = tree.client("global")
+        h = {"openstack-api-version": "placement 1.28"}
+        hosts = [(await root.get(f"/resource_providers?name=c1-h{i}")).json()[
+            "resource_providers"][0]["uuid"] for i in range(2)]
+        inst = str(uuid.uuid4())
+        allocs = {pool: {"resources": {"DISK_GB": 10}}, hosts[0]: {"resources": {"VCPU": 2}}}
+        r = await root.put(f"/allocations/{inst}", headers=h, json={
+            "allocations": allocs, "project_id": "p", "user_id": "u",
+            "consumer_generation": None})
+        assert r.status_code == 204, r.text
+        r = await root.put(f"/allocations/{inst}", headers=h, json={
+            "allocations": {**allocs, hosts[1]: {"resources": {"VCPU": 2}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": 1})
+        assert r.status_code == 400, r.text
+        detail = r.json()["errors"][0]["detail"]
+        assert f"{inst} in this zone and zone c1" in detail, detail
+        assert "cannot be changed, only removed" in detail, detail
+        assert "elsewhere" not in detail, detail
+        assert list(await allocations(tree, "c1", inst)) == [hosts[0]]
+        # A stale generation is still Placement's 409.
+        r = await root.put(f"/allocations/{inst}", headers=h, json={
+            "allocations": allocs, "project_id": "p", "user_id": "u",
+            "consumer_generation": 5})
+        assert r.status_code == 409, r.text
+        assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
+    run(tmp_path, scenario)
