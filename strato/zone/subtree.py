@@ -713,8 +713,13 @@ def _amounts(amounts: Mapping[str, int]) -> str:
 
 def _pool_query(query: str) -> tuple[dict[str, int], list[tuple[str, str]]] | None:
     """(the amounts, the other parameters the children get) of a request of
-    one unnamed group; None for anything else."""
-    return _one_group(query, ("limit", "required", "member_of"))
+    one unnamed group; None for anything else. `root_required` is about the
+    root of the candidate's (non-sharing) tree, a child's: the children get
+    it as it is (Nova sends `root_required=!COMPUTE_STATUS_DISABLED` with
+    every boot); so is `group_policy`, which one group leaves without
+    effect."""
+    return _one_group(query, ("limit", "required", "member_of", "root_required",
+                              "group_policy"))
 
 
 def _one_group(query: str, others_allowed: Sequence[str]

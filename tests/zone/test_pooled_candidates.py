@@ -93,3 +93,34 @@ def test_the_first_limit_counts_as_at_the_route(tmp_path: Path) -> None:
         body = await candidates(tree, "resources=VCPU:1&limit=1&limit=3")
         assert len(body["allocation_requests"]) == 1
     run(tmp_path, scenario)
+
+
+def test_nova_s_boot_query_gets_the_pool_with_the_cells_computes(tmp_path: Path) -> None:
+    """Nova sends `root_required=!COMPUTE_STATUS_DISABLED` with every boot (its
+    mandatory compute_status_filter), and `group_policy` when a flavor sets
+    one: the pool is still combined with the computes in its aggregates (it
+    offered no candidate at all, so every Nova boot taking disk from a pool
+    at the root found no host). root_required is about the compute's tree:
+    a disabled compute is left out, the pool's traits do not count."""
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        n = await names(tree)
+        both = {frozenset({n["c1-h0"], pool}), frozenset({n["c1-h1"], pool})}
+        nova = "limit=1000&resources=DISK_GB:10,VCPU:1&root_required=!COMPUTE_STATUS_DISABLED"
+        assert combos(await candidates(tree, nova)) == both
+        assert combos(await candidates(tree, nova + "&group_policy=none")) == both
+        c1 = tree.client("c1")
+        h0 = n["c1-h0"]
+        gen = (await c1.get(f"/resource_providers/{h0}", headers=V)).json()["generation"]
+        r = await c1.put(f"/resource_providers/{h0}/traits", headers=V, json={
+            "resource_provider_generation": gen, "traits": ["COMPUTE_STATUS_DISABLED"]})
+        assert r.status_code == 200, r.text
+        assert combos(await candidates(tree, nova)) == {frozenset({n["c1-h1"], pool})}
+        body = await candidates(tree, "resources=DISK_GB:10,VCPU:1"
+                                "&root_required=COMPUTE_STATUS_DISABLED")
+        assert combos(body) == {frozenset({h0, pool})}
+        # The pool's own trait is not a root's: MISC_SHARES_VIA_AGGREGATE
+        # required at the root finds no compute.
+        body = await candidates(tree, "resources=DISK_GB:10,VCPU:1"
+                                "&root_required=MISC_SHARES_VIA_AGGREGATE")
+        assert combos(body) == set()
+    run(tmp_path, scenario)
