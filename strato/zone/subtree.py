@@ -667,6 +667,9 @@ async def pooled(tree: Tree, query: str, version: str, scorer: Any,
 
 
 MAX_POOLS = 3
+# A suffixed group's parameter (Placement's suffixes: 1.25 numbers, 1.33
+# strings of up to 64 of these characters).
+_SUFFIXED = re.compile(r"^(?:resources|required|member_of|in_tree)[A-Za-z0-9_-]{1,64}$")
 MANY_MEMBER_OF = (1, 24)
 # A sharing provider: (uuid, its aggregates, its traits).
 Pool = tuple[str, tuple[str, ...], frozenset[str]]
@@ -712,20 +715,24 @@ def _amounts(amounts: Mapping[str, int]) -> str:
 
 
 def _pool_query(query: str) -> tuple[dict[str, int], list[tuple[str, str]]] | None:
-    """(the amounts, the other parameters the children get) of a request of
-    one unnamed group; None for anything else. `root_required` is about the
-    root of the candidate's (non-sharing) tree, a child's: the children get
-    it as it is (Nova sends `root_required=!COMPUTE_STATUS_DISABLED` with
-    every boot); so is `group_policy`, which one group leaves without
-    effect."""
+    """(the amounts of the unnamed group, the other parameters the children
+    get) of a request whose unnamed group has resources; None for anything
+    else. Only the unnamed group's classes are taken from a pool; suffixed
+    groups (Nova's for a port's minimum bandwidth, say), `same_subtree` and
+    `group_policy` (about suffixed groups) go to the children as they are,
+    and so does `root_required`, about the root of the candidate's
+    (non-sharing) tree, a child's (Nova sends
+    `root_required=!COMPUTE_STATUS_DISABLED` with every boot). An unnamed
+    `in_tree` is not combined with a pool."""
     return _one_group(query, ("limit", "required", "member_of", "root_required",
-                              "group_policy"))
+                              "group_policy", "same_subtree"), suffixed=True)
 
 
-def _one_group(query: str, others_allowed: Sequence[str]
+def _one_group(query: str, others_allowed: Sequence[str], *, suffixed: bool = False
                ) -> tuple[dict[str, int], list[tuple[str, str]]] | None:
     """(the amounts, the other parameters) of a request of one unnamed group
-    whose other parameters are all `others_allowed`; None for anything else."""
+    whose other parameters are all `others_allowed` (and, with `suffixed`,
+    any of a suffixed group's); None for anything else."""
     demand: dict[str, int] | None = None
     others: list[tuple[str, str]] = []
     for k, v in parse_qsl(query):
@@ -736,7 +743,7 @@ def _one_group(query: str, others_allowed: Sequence[str]
                 demand = {rc: int(n) for rc, n in (p.split(":") for p in v.split(","))}
             except ValueError:
                 return None
-        elif k in others_allowed:
+        elif k in others_allowed or (suffixed and _SUFFIXED.match(k)):
             others.append((k, v))
         else:
             return None
