@@ -44,9 +44,12 @@ from typing import Annotated, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 from pydantic import Field
+from starlette.concurrency import run_in_threadpool
 
 from strato.model import errors
 from strato.model.names import MAX_NAME_LENGTH, is_custom_name
+from strato.store import resource_classes as classes_store
+from strato.store import traits as traits_store
 from strato.store.children import Child
 from strato.zone import protocol
 from strato.zone.attempt import Health
@@ -163,7 +166,10 @@ async def _ask_all(tree: Tree, path: str, model: type[M], what: str,
     async def one(c: Child) -> tuple[Reply | None, str | None]:
         # Each call runs in its own task (gather), so this is its own.
         COUNTED.set((told or {}).get(c.name, frozenset()))
-        return await _get(tree, c, path, version)
+        reply, why = await _get(tree, c, path, version)
+        if reply is not None and reply.status == 400 and await _teach(tree, c, reply):
+            reply, why = await _get(tree, c, path, version)  # once, knowing the names
+        return reply, why
     got = await asyncio.gather(*(one(c) for c in kids))
     answers: list[tuple[Child, M]] = []
     missing = []
@@ -183,6 +189,54 @@ async def _ask_all(tree: Tree, path: str, model: type[M], what: str,
             missing.append(Missing(n, f"{n}: not asked by {c.name}",
                                    loop=len(set(parts)) < len(parts)))
     return answers, missing
+
+
+# A child's 400 for a custom name of the query it does not know (Placement's
+# words: a trait in `required`, a class in `resources`).
+_UNKNOWN_TRAITS = re.compile(r"No such trait\(s\): ((?:CUSTOM_[A-Z0-9_]{1,248}(?:, )?)+)")
+_UNKNOWN_CLASS = re.compile(r"No such resource class (CUSTOM_[A-Z0-9_]{1,248})")
+MAX_TAUGHT = 20
+
+
+async def _teach(tree: Tree, child: Child, reply: Reply) -> bool:
+    """A child refused a query (that this zone's own route took) for custom
+    traits or resource classes it does not know, made in another zone (a
+    cell's nova-compute or agent makes them where it points): make them in
+    the child, as a name made here is made in every child, so that the query
+    can be asked again. Without this, `required=!CUSTOM_X` at the root left
+    out every provider of a cell that never heard of CUSTOM_X (a 400 there),
+    where Placement lists them all. Only names this zone knows are made.
+    Whether the child now knows them all."""
+    try:
+        text = str(reply.body["errors"][0]["detail"])[:4000]
+    except (KeyError, IndexError, TypeError):
+        return False
+    traits = [t for m in _UNKNOWN_TRAITS.finditer(text) for t in m.group(1).split(", ") if t]
+    classes = [m.group(1) for m in _UNKNOWN_CLASS.finditer(text)]
+    db = getattr(tree, "db", None)
+    if db is None or not (traits or classes) or len(traits) + len(classes) > MAX_TAUGHT:
+        return False
+
+    def known() -> bool:
+        with db.read() as conn:
+            return (all(traits_store.get_trait_or_none(conn, t) is not None for t in traits)
+                    and all(classes_store.get_class_or_none(conn, rc) is not None
+                            for rc in classes))
+    if not await run_in_threadpool(known):
+        return False
+    calls = [("/traits/" + t, "1.6") for t in traits]
+    calls += [("/resource_classes/" + rc, "1.7") for rc in classes]
+    for path, version in calls:
+        try:
+            made = await tree.transport.call(child.url, "PUT", path, token=child.credential,
+                                             timeout=tree.config.child_timeout,
+                                             version=version)
+        except Unreachable as exc:
+            tree.health_of(child.name).failed(exc.why)
+            return False
+        if made.status not in (200, 201, 204):
+            return False
+    return True
 
 
 def below(child: Child, reply: Reply) -> list[str]:

@@ -1133,3 +1133,37 @@ def test_a_provider_body_the_root_refuses_is_a_400_before_any_look_below(tmp_pat
         r = await root.get("/resource_providers?name=brand-new", headers=v)
         assert r.status_code == 200 and r.json()["resource_providers"] == [], r.text
     run(tmp_path, scenario)
+
+
+def test_a_custom_name_one_cell_made_is_taught_to_another_a_query_names_it(
+        tmp_path: Path) -> None:
+    """A trait made in dfw only (its agents point there): `required=!CUSTOM_X`
+    at the root lists ord's providers too, as Placement lists every provider
+    without the trait (ord refused the query, 400 No such trait, and its
+    providers were left out, ord named incomplete); the name is made in ord
+    and ord asked again. A class made in dfw only: ord has none of it, and
+    is not named incomplete."""
+    async def scenario(tree: InProcessTree) -> None:
+        root, dfw = tree.client("global"), tree.client("dfw")
+        h = {V: "placement 1.39"}
+        assert (await dfw.put("/traits/CUSTOM_ONLY_DFW", headers=h)).status_code == 201
+        assert (await dfw.put("/resource_classes/CUSTOM_ONLY_DFW",
+                              headers=h)).status_code == 201
+        everyone = (await root.get("/allocation_candidates?resources=VCPU:1",
+                                   headers=h)).json()["allocation_requests"]
+        r = await root.get("/allocation_candidates?resources=VCPU:1"
+                           "&required=!CUSTOM_ONLY_DFW", headers=h)
+        assert r.status_code == 200, r.text
+        assert "x-strato-incomplete" not in r.headers, r.headers["x-strato-incomplete"]
+        assert len(r.json()["allocation_requests"]) == len(everyone) == 8
+        r = await root.get("/resource_providers?required=!CUSTOM_ONLY_DFW", headers=h)
+        assert "x-strato-incomplete" not in r.headers
+        names = {p["name"] for p in r.json()["resource_providers"]}
+        assert {f"ord-h{i}" for i in range(4)} <= names, names
+        r = await root.get("/allocation_candidates?resources=CUSTOM_ONLY_DFW:1", headers=h)
+        assert r.status_code == 200, r.text
+        assert "x-strato-incomplete" not in r.headers
+        assert r.json()["allocation_requests"] == []
+        r = await tree.client("ord").get("/traits?name=in:CUSTOM_ONLY_DFW", headers=h)
+        assert r.json()["traits"] == ["CUSTOM_ONLY_DFW"]
+    run(tmp_path, scenario)
