@@ -685,8 +685,9 @@ class ProvidersBelow:
         the message names it)."""
         held: list[tuple[allocations.ConsumerClaim, list[str]]] = []
         for claim in claims:
-            if not claim.allocations:
-                continue  # a release: made where the consumer is
+            release = not claim.allocations
+            if release and target is None and not here_ok:
+                continue  # a write across zones refuses it, saying why (zone/writes.py)
             c = claim.consumer_uuid
             where: str | None = None
             current: int | None = None
@@ -695,6 +696,8 @@ class ProvidersBelow:
             if here is not None:
                 current = here
                 if here_ok:
+                    if release:
+                        continue  # this zone's route empties it (a spanning one is refused)
                     below = await self._below_too(c)
                     if below is None:
                         continue
@@ -735,7 +738,8 @@ class ProvidersBelow:
                     errors.CONCURRENT_UPDATE)
             held.append((claim, where.split(" and ")))
         if held:
-            raise errors.BadRequest(_held_elsewhere(held, claims, zone_of))
+            into = "this zone" if here_ok else f"zone {target}" if target else None
+            raise errors.BadRequest(_held_elsewhere(held, claims, zone_of, into))
 
     async def _across(self, scope: Scope, body: Any, here: set[str]) -> None:
         """A write naming providers of several zones (this one's and its
@@ -997,13 +1001,22 @@ NAMED_AT_MOST = 10
 
 def _held_elsewhere(held: list[tuple[allocations.ConsumerClaim, list[str]]],
                     claims: list[allocations.ConsumerClaim],
-                    zone_of: Callable[[str], str] | None) -> str:
+                    zone_of: Callable[[str], str] | None, into: str | None = None) -> str:
     """Why a write cannot change these existing consumers (each with the
-    zones that hold it), for the 400: one it would move to another zone,
-    else a write that changes existing consumers while naming providers of
-    several zones (it cannot be made all or nothing: see zone/writes.py)."""
+    zones that hold it), for the 400: one it empties while it is made in
+    another zone (`into`), one it would move to another zone, else a write
+    that changes existing consumers while naming providers of several zones
+    (it cannot be made all or nothing: see zone/writes.py)."""
     def zones(claim: allocations.ConsumerClaim) -> list[str]:
         return sorted({zone_of(rp) for rp in claim.allocations}) if zone_of else []
+    for claim, where in held:
+        if not claim.allocations:
+            made = f", and the write is made in {into}" if into else ""
+            return (f"consumer {claim.consumer_uuid} is emptied by this write, but its "
+                    f"allocations are in {' and '.join(where)}{made}: one write is made all "
+                    "or nothing in one zone, which cannot empty a consumer of another; empty "
+                    "it with DELETE /allocations/{consumer} (or a write of its own), then "
+                    "write the others")
     for claim, where in held:
         new = zones(claim)
         if not new or not set(new) <= set(where):

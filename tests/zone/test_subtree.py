@@ -1167,3 +1167,45 @@ def test_a_custom_name_one_cell_made_is_taught_to_another_a_query_names_it(
         r = await tree.client("ord").get("/traits?name=in:CUSTOM_ONLY_DFW", headers=h)
         assert r.json()["traits"] == ["CUSTOM_ONLY_DFW"]
     run(tmp_path, scenario)
+
+
+def test_a_post_emptying_a_consumer_of_one_cell_and_writing_in_another_says_why(
+        tmp_path: Path) -> None:
+    """POST /allocations at the root emptying consumer A of dfw (with its right
+    generation) and giving new consumer B allocations in ord: a 400 naming A,
+    dfw and ord, nothing changed (it was sent to ord, which answered a 409
+    'consumer generation conflict - expected null but got 1': a generation
+    the client had right, which Nova takes for a concurrent change). A stale
+    generation is still the 409; Nova's swap within one cell still works."""
+    async def scenario(tree: InProcessTree) -> None:
+        root = tree.client("global")
+        h = {V: "placement 1.28"}
+        d, o = await _uuid_of(root, "dfw-h0"), await _uuid_of(root, "ord-h0")
+        a, b = str(uuid.uuid4()), str(uuid.uuid4())
+        assert (await _put_vcpu(root, a, d, None)).status_code == 204
+
+        def body(gen: int) -> dict[str, Any]:
+            return {a: {"allocations": {}, "project_id": "p", "user_id": "u",
+                        "consumer_generation": gen},
+                    b: {"allocations": {o: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                        "user_id": "u", "consumer_generation": None}}
+        r = await root.post("/allocations", headers=h, json=body(1))
+        assert r.status_code == 400, r.text
+        detail = r.json()["errors"][0]["detail"]
+        assert f"consumer {a} is emptied by this write" in detail, detail
+        assert "zone dfw" in detail and "zone ord" in detail, detail
+        assert await used(tree, "dfw") == 1 and await used(tree, "ord") == 0
+        r = await root.post("/allocations", headers=h, json=body(5))
+        assert r.status_code == 409, r.text
+        assert "consumer generation conflict - expected 1 but got 5" in r.text, r.text
+        # Nova's move_allocations within dfw: A's allocations to B.
+        r = await root.post("/allocations", headers=h, json={
+            a: {"allocations": {}, "project_id": "p", "user_id": "u",
+                "consumer_generation": 1},
+            b: {"allocations": {d: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                "user_id": "u", "consumer_generation": None}})
+        assert r.status_code == 204, r.text
+        got = (await root.get(f"/allocations/{b}", headers=h)).json()
+        assert list(got["allocations"]) == [d]
+        assert (await root.get(f"/allocations/{a}", headers=h)).json() == {"allocations": {}}
+    run(tmp_path, scenario)
