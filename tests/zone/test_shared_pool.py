@@ -486,3 +486,33 @@ def test_changing_a_consumer_on_a_pool_and_a_cell_says_it_spans_zones(
         assert r.status_code == 409, r.text
         assert r.json()["errors"][0]["code"] == "placement.concurrent_update"
     run(tmp_path, scenario)
+
+
+def test_a_post_emptying_a_consumer_on_a_pool_and_a_cell_beside_a_cell_write_is_refused(
+        tmp_path: Path) -> None:
+    """A POST /allocations emptying consumer S (on the root's pool and c1-h0)
+    beside a new consumer on c1's hosts only: a 400, nothing changed (it was
+    sent to c1, which emptied S's part there and left its pool part at the
+    root: half a release, the pool's disk leaked)."""
+    async def scenario(tree: InProcessTree, pool: str) -> None:
+        root = tree.client("global")
+        h = {"openstack-api-version": "placement 1.28"}
+        hosts = [(await root.get(f"/resource_providers?name=c1-h{i}")).json()[
+            "resource_providers"][0]["uuid"] for i in range(2)]
+        s, t = str(uuid.uuid4()), str(uuid.uuid4())
+        r = await root.put(f"/allocations/{s}", headers=h, json={
+            "allocations": {pool: {"resources": {"DISK_GB": 10}},
+                            hosts[0]: {"resources": {"VCPU": 1}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": None})
+        assert r.status_code == 204, r.text
+        gen = (await root.get(f"/allocations/{s}", headers=h)).json()["consumer_generation"]
+        r = await root.post("/allocations", headers=h, json={
+            s: {"allocations": {}, "project_id": "p", "user_id": "u",
+                "consumer_generation": gen},
+            t: {"allocations": {hosts[1]: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                "user_id": "u", "consumer_generation": None}})
+        assert r.status_code == 400, r.text
+        assert f"consumer {s} is emptied by this write" in r.text, r.text
+        assert await allocations(tree, "c1", s) and await allocations(tree, "global", s)
+        assert not await allocations(tree, "c1", t)
+    run(tmp_path, scenario)
