@@ -183,6 +183,10 @@ class ZoneTree:
     _overlaps: list[str] = field(default_factory=list)
     # Children with requests in doubt (None: not read from the store yet).
     _doubtful: set[str] | None = None
+    # Parts noted in doubt so far, and the count at each child's last: a read
+    # of the store's counts keeps the children noted while it ran.
+    _doubt_notes: int = 0
+    _doubt_noted: dict[str, int] = field(default_factory=dict)
     _reconciling: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Children still to be asked for parts lost with the machine (zone/sweep.py).
     _sweep: sweep.Sweep | None = None
@@ -539,6 +543,8 @@ class ZoneTree:
         acted on `request_id` (a part id): it is cancelled there later."""
         new = await self._write(
             lambda conn: in_doubt.add(conn, child, request_id, consumers, why))
+        self._doubt_notes += 1
+        self._doubt_noted[child] = self._doubt_notes
         if self._doubtful is None:
             self._doubtful = set()
         self._doubtful.add(child)
@@ -549,8 +555,15 @@ class ZoneTree:
                 "answers again", request_id, child, why)
 
     async def in_doubt_counts(self) -> dict[str, int]:
+        # A part noted in doubt while the counts are read (in a worker
+        # thread) may be missing from them: its child stays in the set, or a
+        # retry of its request would skip the look for it (`_earlier`: the
+        # child's 409 for the request's own consumers taken as definite, a
+        # refusal kept while it holds the room) and the reconcile round would
+        # not cancel it until another part is noted there.
+        before = self._doubt_notes
         counts = await self._read(in_doubt.counts)
-        self._doubtful = set(counts)
+        self._doubtful = set(counts) | {c for c, n in self._doubt_noted.items() if n > before}
         return counts
 
     async def reconcile(self, only: str | None = None) -> int:

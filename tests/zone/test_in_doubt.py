@@ -6,11 +6,14 @@ once the child answers again: no consumer stays placed in two zones.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
 from strato.sim.invariants import check_databases
+from strato.store import in_doubt as in_doubt_store
+from strato.zone.attempt import Attempt
 from strato.zone.inprocess import InProcessTree
 from tests.zone.helpers import own_allocations
 from tests.zone.test_tree import req, run, schedule
@@ -148,4 +151,46 @@ def test_cancel_of_an_unreachable_child_waits_for_it(tmp_path: Path) -> None:
         assert r.status_code == 409, r.text
         assert r.json()["errors"][0]["code"] == "strato.request_cancelled"
         strict(tree, set())
+    run(tmp_path, scenario)
+
+
+def test_a_part_noted_in_doubt_while_the_counts_are_read_is_not_forgotten(
+        tmp_path: Path) -> None:
+    """Found under load (a relay delaying a mid zone's answers to about the
+    child timeout, 8 clients, PostgreSQL): the set of children with parts in
+    doubt was replaced by a read of the store's counts; a part noted while
+    that read ran in its worker thread was missing from it, so its child left
+    the set. A retry of the request then skipped the look for its earlier try
+    (`_earlier`), and passed on the child's 409 placement.concurrent_update
+    for the request's own consumers, which that try held there, as the
+    answer; the probe's and the refresher's reconcile rounds, which only run
+    for children in the set, left the part uncancelled until another part was
+    noted there."""
+    async def scenario(tree: InProcessTree) -> None:
+        glob = tree.zone_tree("global")
+        read = glob._read
+        noted = asyncio.Event()
+
+        async def slow_read(job: Any) -> Any:
+            got = await read(job)
+            if job is in_doubt_store.counts:
+                await noted.wait()  # the part is noted meanwhile
+            return got
+        glob._read = slow_read  # type: ignore[method-assign]
+        counting = asyncio.ensure_future(glob.in_doubt_counts())
+        await asyncio.sleep(0.05)
+        tree.lose_answers("dfw", "/strato/v1/schedule")
+        body = req(request_id="r-doubt", constraints=[{"type": "location",
+                                                       "pattern": "dfw/*"}])
+        await schedule(tree, body, status=503)
+        noted.set()
+        assert await counting == {}  # read before the part was noted
+        glob._read = read  # type: ignore[method-assign]
+        assert glob._doubtful == {"dfw"}
+        earlier = await glob._earlier(Attempt("r-doubt", time.time() + 10),
+                                      body["consumers"], ["dfw"])
+        assert [r.child for r in earlier] == ["dfw"]
+        # The next read has the part.
+        assert await glob.in_doubt_counts() == {"dfw": 1}
+        assert glob._doubtful == {"dfw"}
     run(tmp_path, scenario)
