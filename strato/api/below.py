@@ -28,6 +28,7 @@ a stale generation included) is the answer. A child that did not answer is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import uuid as uuidlib
@@ -606,13 +607,16 @@ class ProvidersBelow:
                 return
             # A consumer of a zone below is not given allocations here too
             # (nor made here while a write makes it below).
+            made = [c.consumer_uuid for c in claims if c.allocations]
             async with self._consumer_locks.hold([c.consumer_uuid for c in claims]):
-                try:
-                    await self._refuse_elsewhere(claims, None, here_ok=True)
-                except errors.StratoError as exc:
-                    await _refusal(exc, scope)(scope, receive, send)
-                    return
-                await self.app(scope, replay_body(raw, receive), send)
+                with contextlib.ExitStack() as stack:
+                    try:
+                        stack.enter_context(tree.writing(made))
+                        await self._refuse_elsewhere(claims, None, here_ok=True)
+                    except errors.StratoError as exc:
+                        await _refusal(exc, scope)(scope, receive, send)
+                        return
+                    await self.app(scope, replay_body(raw, receive), send)
             return
         version = str(scope.get(microversion.SCOPE_KEY) or microversion.MIN_VERSION)
         if not _sendable(body):
@@ -644,18 +648,19 @@ class ProvidersBelow:
                 return ("this zone" if rp in here or rp.lower() in here
                         else f"zone {self.owners.get(rp.lower())}")
             async with self._consumer_locks.hold([c.consumer_uuid for c in claims]):
-                await self._refuse_elsewhere(claims, target, zone_of=zone_of)
-                if target is None:
-                    await self._across(scope, body, here)
-                    await Response(status_code=204)(scope, receive, send)
-                    return
-                assert owner.child is not None
-                reply = await subtree.send_to(tree, owner.child, scope["method"],
-                                              scope["path"], body, version,
-                                              "a provider of these allocations")
-                if reply.status == 204:
-                    for c in _consumers(scope["path"], body):
-                        tree.consumer_zones.learn(c, owner.child.name)
+                with tree.writing([c.consumer_uuid for c in claims if c.allocations]):
+                    await self._refuse_elsewhere(claims, target, zone_of=zone_of)
+                    if target is None:
+                        await self._across(scope, body, here)
+                        await Response(status_code=204)(scope, receive, send)
+                        return
+                    assert owner.child is not None
+                    reply = await subtree.send_to(tree, owner.child, scope["method"],
+                                                  scope["path"], body, version,
+                                                  "a provider of these allocations")
+                    if reply.status == 204:
+                        for c in _consumers(scope["path"], body):
+                            tree.consumer_zones.learn(c, owner.child.name)
         except errors.StratoError as exc:
             await _refusal(exc, scope)(scope, receive, send)
             return

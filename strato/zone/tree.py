@@ -72,6 +72,7 @@ from strato.zone.transport import Malformed, ObservedTransport, Transport, Unrea
 log = logging.getLogger("strato.zone")
 T = TypeVar("T")
 LOCAL = ""  # the key of this zone's own providers among the options and parts
+WRITE = "write"  # `_in_flight`'s key for consumers an allocations write is making
 REFUSED_BEFORE = "refused as much before, and nothing was freed there since"
 # Worker threads per planner for schedule calls on this zone's own providers:
 # one plans while the others claim (wait for their commit).
@@ -998,6 +999,29 @@ class ZoneTree:
                 if other is None:
                     self._in_flight[c] = (key, id(req))
                     mine.append(c)
+            yield
+        finally:
+            for c in mine:
+                self._in_flight.pop(c, None)
+
+    @contextmanager
+    def writing(self, consumers: Sequence[str]) -> Iterator[None]:
+        """An allocations write through this zone (the Placement routes, with
+        the consumers' write lock held) gives `consumers` allocations: a
+        schedule request placing one of them meanwhile is a 409, and so is
+        the write while one is being placed (the write looks for them below
+        first, where one still being placed is not yet; both were made, in
+        two zones)."""
+        mine: list[str] = []
+        key = (WRITE, None)
+        try:
+            for c in consumers:
+                if c in self._in_flight:
+                    raise errors.Conflict(
+                        f"consumer generation conflict - consumer {c} is being placed by a "
+                        "schedule request through this zone", errors.CONCURRENT_UPDATE)
+                self._in_flight[c] = (key, 0)
+                mine.append(c)
             yield
         finally:
             for c in mine:

@@ -9,6 +9,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -344,5 +345,66 @@ def test_a_request_at_work_when_the_root_died_is_answered_soon_after_its_restart
         wait_for(lambda: vcpu_used(procs["dfw"]) == 8)
         assert [a["resources"] for a in allocations(procs["dfw"], consumer).values()] == [
             {"VCPU": 8}]
+    finally:
+        stop_all(procs)
+
+
+@pytest.mark.parametrize("first", ["schedule", "write"])
+def test_a_write_and_a_schedule_of_one_consumer_through_the_root_do_not_both_place_it(
+        tmp_path: Path, first: str) -> None:
+    """A schedule request for consumer C at the root (to ord) and a Placement
+    write of C at the root (a host of dfw) at the same moment: the write
+    looked for C below and found it nowhere while the schedule was still
+    placing it, and the schedule did not know of the write, so both were
+    made: C held in dfw and in ord, each answer a success. One of them is a
+    409 placement.concurrent_update now, as a second schedule request for C
+    meanwhile is. Whichever comes first is held at its child (a relay)."""
+    slow = ["--child-timeout", "10"]  # the root waits for what the relay holds
+    root = zone(tmp_path, "root", extra=slow).start()
+    procs = {"root": root}
+    try:
+        ports = {"dfw": free_port(), "ord": free_port()}
+        pattern = b"/strato/v1/schedule" if first == "schedule" else b"PUT /allocations/"
+        held_at = "ord" if first == "schedule" else "dfw"
+        relay = HoldingRelay(ports[held_at], pattern=pattern).start()
+        relay.holding = False
+        for name in ("dfw", "ord"):
+            adv = (["--advertise-url", f"http://127.0.0.1:{relay.port}"]
+                   if name == held_at else [])
+            procs[name] = zone(tmp_path, name, root, ["--location-prefix", name, *adv],
+                               port=ports[name]).start()
+            hosts(procs[name], name, [f"{name}/room1/rack0/h0"])
+        with api.client(procs["dfw"].url) as c:
+            dfw_host = c.get("/resource_providers").json()["resource_providers"][0]["uuid"]
+        with api.client(root.url) as c:
+            wait_for(lambda: {k for k, v in children(c).items()
+                              if (v.get("summary") or {}).get("providers") == 1}
+                     == {"dfw", "ord"})
+        body = req(request_id=f"r-{uuid.uuid4()}", constraints=at("ord"))
+        consumer = body["consumers"][0]
+        write = {"allocations": {dfw_host: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                 "user_id": "u", "consumer_generation": None,
+                 "consumer_type": "INSTANCE"}
+        relay.hold()
+
+        def schedule() -> httpx.Response:
+            with api.client(root.url) as c:
+                return c.post("/strato/v1/schedule", json=body)
+
+        def put() -> httpx.Response:
+            with api.client(root.url) as c:
+                return c.put(f"/allocations/{consumer}", json=write)
+        calls = [schedule, put] if first == "schedule" else [put, schedule]
+        with ThreadPoolExecutor(2) as pool:
+            held = pool.submit(calls[0])
+            wait_for(lambda: relay.held >= 1)
+            second = calls[1]()
+            relay.release()
+            first_answer = held.result()
+        assert first_answer.status_code in (200, 204), first_answer.text
+        assert second.status_code == 409, second.text
+        assert second.json()["errors"][0]["code"] == "placement.concurrent_update"
+        where = {name for name in ("dfw", "ord") if allocations(procs[name], consumer)}
+        assert where == {held_at}
     finally:
         stop_all(procs)
