@@ -38,6 +38,7 @@ import logging
 import secrets
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -188,6 +189,11 @@ class ZoneTree:
     # of the store's counts keeps the children noted while it ran.
     _doubt_notes: int = 0
     _doubt_noted: dict[str, int] = field(default_factory=dict)
+    # Parts in doubt settled lately (a count, and each as (count, child, its
+    # consumers)): a child's conflict answered before a cancel landed.
+    _doubt_settled: int = 0
+    _settled: deque[tuple[int, str, frozenset[str]]] = field(
+        default_factory=lambda: deque(maxlen=1024))
     _reconciling: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Children still to be asked for parts lost with the machine (zone/sweep.py).
     _sweep: sweep.Sweep | None = None
@@ -594,6 +600,8 @@ class ZoneTree:
         got = await self._send_cancel(child, row.request_id, timeout)
         if got is None:
             await self._write(partial(in_doubt.resolved, row_id=row.id))
+            self._doubt_settled += 1
+            self._settled.append((self._doubt_settled, row.child, frozenset(row.consumers)))
             log.info("request %s cancelled at child %s", row.request_id, row.child)
         else:
             await self._write(partial(in_doubt.attempt_failed, row_id=row.id,
@@ -1868,6 +1876,7 @@ class ZoneTree:
         if budget <= 0.01:
             return Outcome(child.name, Result.TIMEOUT, "not asked: the request's time ran out")
         pid = await self._record(attempt, child.name, req)
+        settled_before = self._doubt_settled
         sent_deadline = deadline if attempt else req.deadline
         body = split.for_child(req).model_copy(update={
             "hops": req.hops + 1, "request_id": pid,
@@ -1939,6 +1948,14 @@ class ZoneTree:
                 self.spawn(self._settle(earlier, [child], self.config.child_timeout))
                 return Outcome(child.name, Result.IN_DOUBT, "an earlier try of this request "
                                "may still hold its consumers there: it is being cancelled")
+            mine = set(req.consumers)
+            if any(n > settled_before and name == child.name and mine & consumers
+                   for n, name, consumers in self._settled):
+                # Such a part was cancelled there while the child answered
+                # (the reconcile round, beside this call): the conflict may
+                # be with what it held then. No definite answer either.
+                return Outcome(child.name, Result.IN_DOUBT, "an earlier try of this request "
+                               "held its consumers there until its cancel landed just now")
         if reply.status == 400 or (reply.status == 409
                                    and code == errors.CONCURRENT_UPDATE):
             # The request itself is at fault (bad input, consumer exists):

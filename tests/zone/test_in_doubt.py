@@ -15,6 +15,7 @@ from strato.sim.invariants import check_databases
 from strato.store import in_doubt as in_doubt_store
 from strato.zone.attempt import Attempt
 from strato.zone.inprocess import InProcessTree
+from strato.zone.transport import Unreachable
 from tests.zone.helpers import own_allocations
 from tests.zone.test_tree import req, run, schedule
 
@@ -193,4 +194,53 @@ def test_a_part_noted_in_doubt_while_the_counts_are_read_is_not_forgotten(
         # The next read has the part.
         assert await glob.in_doubt_counts() == {"dfw": 1}
         assert glob._doubtful == {"dfw"}
+    run(tmp_path, scenario)
+
+
+def test_a_conflict_answered_while_the_earlier_part_is_cancelled_is_no_answer(
+        tmp_path: Path) -> None:
+    """Found with libfaketime on two cells and their answers delayed to about
+    the child timeout: a try's part at a child was in doubt, holding its
+    consumer there; the next request for that consumer asked the child,
+    which answered 409 placement.concurrent_update, and the reconcile round
+    cancelled the part and forgot it while that answer was on its way. The
+    look for such a part (`_earlier`) then found none, and the 409 was the
+    answer, although the consumer was free by then: a 503 (retry)."""
+    async def scenario(tree: InProcessTree) -> None:
+        glob = tree.zone_tree("global")
+        transport = glob.transport
+        real = transport.call
+        dfw = tree.url("dfw")
+        state = {"block_cancel": True, "settle_on_answer": False}
+
+        async def call(url: str, method: str, path: str, **kw: Any) -> Any:
+            if (url == dfw and path == "/strato/v1/requests/cancel"
+                    and state["block_cancel"]):
+                raise Unreachable(url, "connection refused")
+            reply = await real(url, method, path, **kw)
+            if url == dfw and path == "/strato/v1/schedule" and state["settle_on_answer"]:
+                state["settle_on_answer"] = False
+                state["block_cancel"] = False
+                assert await glob.reconcile("dfw") == 1
+            return reply
+        transport.call = call  # type: ignore[method-assign]
+        tree.lose_answers("dfw", "/strato/v1/schedule")
+        first = req(request_id="r-a", constraints=[{"type": "location",
+                                                    "pattern": "dfw/*"}])
+        consumer = first["consumers"][0]
+        await schedule(tree, first, status=503)
+        assert (await allocations(tree, "dfw-r1", consumer)
+                or await allocations(tree, "dfw-r2", consumer)), "the lost try holds nothing"
+        tree.revive("dfw")
+        glob.health_of("dfw").ok()
+        state["settle_on_answer"] = True
+        second = {**first, "request_id": "r-b"}
+        r = await tree.client("global").post("/strato/v1/schedule", json=second)
+        assert not state["settle_on_answer"], "dfw was not asked"
+        assert r.status_code == 503, r.text
+        assert await allocations(tree, "dfw-r1", consumer) == {}
+        assert await allocations(tree, "dfw-r2", consumer) == {}
+        r = await tree.client("global").post("/strato/v1/schedule", json=second)
+        assert r.status_code == 200, r.text
+        strict(tree, {consumer})
     run(tmp_path, scenario)
