@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from strato.process import ServerProcess
-from tests.e2e.test_root_placement import _aggregate
+from tests.e2e.test_root_placement import _aggregate, disk_pool
 from tests.e2e.test_zone_split import cells  # noqa: F401 (the fixture)
 from tests.e2e.test_zone_tree import children, stop_all, wait_for, zone
 from tests.helpers import api
@@ -184,9 +184,7 @@ def test_a_nova_boot_takes_disk_from_the_roots_pool(tmp_path: Path) -> None:
     procs = {"root": root}
     agg = str(uuid.uuid4())
     try:
-        with api.client(root.url) as c:
-            pool = api.make_provider(c, "disk-pool", {"DISK_GB": {"total": 400}})
-            _aggregate(c, pool, agg, ["MISC_SHARES_VIA_AGGREGATE"])
+        pool = disk_pool(root.url, agg)
         procs["dfw"] = zone(tmp_path, "dfw", root, ["--location-prefix", "dfw"]).start()
         with api.client(procs["dfw"].url) as c:
             hosts = [api.make_provider(c, f"dfw-h{i}", {"VCPU": {"total": 8}})

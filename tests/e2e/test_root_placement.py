@@ -141,6 +141,14 @@ def _aggregate(c: httpx.Client, rp: str, agg: str, traits: list[str] | None = No
         assert r.status_code == 200, r.text
 
 
+def disk_pool(url: str, agg: str) -> str:
+    """A 400 GB disk pool at the zone at `url`, shared by aggregate `agg`."""
+    with api.client(url) as c:
+        pool = api.make_provider(c, "disk-pool", {"DISK_GB": {"total": 400}})
+        _aggregate(c, pool, agg, ["MISC_SHARES_VIA_AGGREGATE"])
+    return pool
+
+
 def test_a_nova_claim_loop_takes_disk_from_the_roots_pool_while_a_cell_pauses(
         tmp_path: Path) -> None:
     """Root (a 400 GB disk pool shared by aggregate) over dfw and ord (four
@@ -154,9 +162,7 @@ def test_a_nova_claim_loop_takes_disk_from_the_roots_pool_while_a_cell_pauses(
     procs = {"root": root}
     agg = str(uuid.uuid4())
     try:
-        with api.client(root.url) as c:
-            pool = api.make_provider(c, "disk-pool", {"DISK_GB": {"total": 400}})
-            _aggregate(c, pool, agg, ["MISC_SHARES_VIA_AGGREGATE"])
+        pool = disk_pool(root.url, agg)
         for name in ("dfw", "ord"):
             procs[name] = zone(tmp_path, name, root, ["--location-prefix", name,
                                                       "--hold-ttl", "3"]).start()
