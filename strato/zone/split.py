@@ -1162,8 +1162,10 @@ async def schedule_across(tree: Splitter, req: ScheduleRequest, kids: Sequence[C
         counts = [(by_name[name], len(p["placements"])) for name, p in plans.items()]
         shares, relaxed = assign(req, counts, wide, occ)
     if even:
+        if len(counts) < 2:
+            return None  # nothing to divide among (no round of plans for it)
         domains = await _domains(tree, req, counts, plans, apart, spreads)
-        if len(counts) < 2 or max(domains.values(), default=0) >= n:
+        if max(domains.values(), default=0) >= n:
             return None  # one child can give each instance a domain of its own
         shares = even_shares(n, counts, domains)
     total = sum(c for _, c in shares)
